@@ -449,3 +449,386 @@ impl Extents {
         self.by_size.remove(&(len, offset));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024 * 1024;
+
+    impl SlabAllocator {
+        /// Checks every invariant from scratch, in O(n).
+        fn check(&self) {
+            self.extents.check(self.capacity);
+            let mut slab_used = 0;
+            for (&offset, &id) in &self.slab_at {
+                let slab = &self.slabs[id as usize];
+                assert_eq!(slab.offset, offset);
+                slab.check();
+                assert_eq!(slab.partial_at.is_some(), !slab.is_full());
+                slab_used += u64::from(slab.live) * CLASS_BYTES[slab.class];
+            }
+            for (class, list) in self.partial.iter().enumerate() {
+                for (at, &id) in list.iter().enumerate() {
+                    let slab = &self.slabs[id as usize];
+                    assert_eq!((slab.class, slab.partial_at), (class, Some(at)));
+                    assert_eq!(self.slab_at.get(&slab.offset), Some(&id));
+                }
+            }
+            let large_bytes: u64 = self.large.values().sum();
+            assert_eq!(self.used_bytes, slab_used + large_bytes);
+            let slabs_bytes = self.slab_at.len() as u64 * self.slab_bytes;
+            assert_eq!(
+                self.extents.free_bytes + slabs_bytes + large_bytes,
+                self.capacity
+            );
+            assert!(self.reserved_bytes() <= self.capacity);
+        }
+    }
+
+    impl Slab {
+        fn check(&self) {
+            let set: u32 = self.allocated.iter().map(|w| w.count_ones()).sum();
+            assert_eq!(set, self.live);
+            assert_eq!(self.bump as usize - self.free.len(), self.live as usize);
+            assert!(self.bump <= self.chunk_count);
+        }
+    }
+
+    impl Extents {
+        fn check(&self, capacity: u64) {
+            assert_eq!(self.by_offset.len(), self.by_size.len());
+            let mut end_of_previous = None;
+            for (&offset, &len) in &self.by_offset {
+                assert!(self.by_size.contains(&(len, offset)));
+                assert!(len > 0 && offset % PAGE_BYTES == 0 && len % PAGE_BYTES == 0);
+                assert!(offset + len <= capacity);
+                if let Some(end) = end_of_previous {
+                    assert!(end < offset, "free extents touch or overlap: not coalesced");
+                }
+                end_of_previous = Some(offset + len);
+            }
+            assert_eq!(self.by_offset.values().sum::<u64>(), self.free_bytes);
+        }
+    }
+
+    fn assert_all_free(a: &SlabAllocator) {
+        a.check();
+        assert_eq!(a.used_bytes(), 0);
+        assert_eq!(a.reserved_bytes(), 0);
+        assert_eq!(a.largest_free_extent(), a.capacity());
+    }
+
+    /// Tiny deterministic PRNG so the model test needs no extra dependency.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    #[test]
+    fn class_table_is_ascending_aligned_and_grows_by_a_quarter() {
+        assert_eq!(CLASS_BYTES[0], MIN_CHUNK_BYTES);
+        assert_eq!(CLASS_BYTES[CLASS_COUNT - 1], MAX_CLASS_BYTES);
+        for pair in CLASS_BYTES.windows(2) {
+            assert!(pair[0] < pair[1]);
+            assert_eq!(pair[1] % CHUNK_ALIGN_BYTES, 0);
+            assert!(pair[1] <= pair[0] * 5 / 4 + CHUNK_ALIGN_BYTES);
+        }
+        const { assert!(CLASS_COUNT < 40) };
+    }
+
+    #[test]
+    fn every_length_gets_the_smallest_fitting_size() {
+        let mut a = SlabAllocator::new(4 * MIB);
+        for len in 0..=2 * MAX_CLASS_BYTES + PAGE_BYTES {
+            let chunk = a.alloc(len).unwrap();
+            assert!(chunk.size >= len.max(1));
+            assert_eq!(chunk.offset % CHUNK_ALIGN_BYTES, 0);
+            assert!(chunk.offset + chunk.size <= a.capacity());
+            if len <= MAX_CLASS_BYTES {
+                let class = class_of(len);
+                assert_eq!(chunk.size, CLASS_BYTES[class]);
+                assert!(class == 0 || CLASS_BYTES[class - 1] < len);
+            } else {
+                assert_eq!(chunk.size, len.next_multiple_of(PAGE_BYTES));
+                assert_eq!(chunk.offset % PAGE_BYTES, 0);
+            }
+            assert_eq!(a.used_bytes(), chunk.size);
+            a.free(chunk);
+            assert_eq!(a.reserved_bytes(), 0);
+        }
+        assert_all_free(&a);
+    }
+
+    #[test]
+    fn zero_length_gets_a_minimum_chunk() {
+        let mut a = SlabAllocator::new(MIB);
+        let first = a.alloc(0).unwrap();
+        let second = a.alloc(0).unwrap();
+        assert_eq!(first.size, MIN_CHUNK_BYTES);
+        assert_ne!(first.offset, second.offset);
+        a.free(first);
+        a.free(second);
+        assert_all_free(&a);
+    }
+
+    #[test]
+    fn a_slab_of_each_class_fills_exactly_then_opens_another() {
+        for (class, &size) in CLASS_BYTES.iter().enumerate() {
+            let mut a = SlabAllocator::new(2 * MIB);
+            let per_slab = SLAB_BYTES / size;
+            let chunks: Vec<Chunk> = (0..per_slab).map(|_| a.alloc(size).unwrap()).collect();
+            let mut offsets: Vec<u64> = chunks.iter().map(|c| c.offset).collect();
+            offsets.sort_unstable();
+            let base = offsets[0];
+            for (i, &offset) in offsets.iter().enumerate() {
+                assert_eq!(offset, base + i as u64 * size, "class {class}");
+            }
+            assert_eq!(a.reserved_bytes(), SLAB_BYTES);
+            let overflow = a.alloc(size).unwrap();
+            assert_eq!(a.reserved_bytes(), 2 * SLAB_BYTES);
+            assert!(a.alloc(size - 1).is_some_and(|c| c.size == size));
+            assert!(overflow.offset >= base + SLAB_BYTES || overflow.offset < base);
+            a.check();
+        }
+    }
+
+    #[test]
+    fn an_emptied_slab_returns_to_the_extents() {
+        let mut a = SlabAllocator::new(16 * MIB);
+        // Lengths below 300 B span 8 classes, so 8 slabs.
+        let small: Vec<Chunk> = (0..1000).map(|i| a.alloc(i % 300).unwrap()).collect();
+        assert_eq!(a.reserved_bytes(), 8 * SLAB_BYTES);
+        for chunk in small {
+            a.free(chunk);
+        }
+        assert_all_free(&a);
+        let whole = a.alloc(3 * MIB).unwrap();
+        assert_eq!(
+            whole,
+            Chunk {
+                offset: 0,
+                size: 3 * MIB
+            }
+        );
+        a.free(whole);
+        assert_all_free(&a);
+    }
+
+    #[test]
+    fn freed_small_chunks_are_reused_before_a_new_slab() {
+        let mut a = SlabAllocator::new(2 * MIB);
+        let kept = a.alloc(100).unwrap();
+        let freed = a.alloc(100).unwrap();
+        a.free(freed);
+        assert_eq!(a.alloc(100).unwrap(), freed);
+        assert_eq!(a.reserved_bytes(), SLAB_BYTES);
+        a.free(kept);
+    }
+
+    #[test]
+    fn extents_coalesce_with_both_neighbours() {
+        let mut a = SlabAllocator::new(4 * MIB);
+        let [x, y, z, w] = [(); 4].map(|()| a.alloc(MIB).unwrap());
+        assert_eq!(a.alloc(1), None, "no room left for a slab");
+        a.free(x);
+        a.free(z);
+        assert_eq!(a.largest_free_extent(), MIB);
+        assert_eq!(a.alloc(2 * MIB), None);
+        a.free(y);
+        a.check();
+        assert_eq!(a.largest_free_extent(), 3 * MIB);
+        let big = a.alloc(3 * MIB).unwrap();
+        assert_eq!(big.offset, 0);
+        a.free(big);
+        a.free(w);
+        assert_all_free(&a);
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_hole_that_fits() {
+        let mut a = SlabAllocator::new(16 * MIB);
+        let sizes = [3 * MIB, MIB, MIB, MIB, 2 * MIB, MIB];
+        let chunks: Vec<Chunk> = sizes.iter().map(|&s| a.alloc(s).unwrap()).collect();
+        // Holes of 3 MiB, 2 MiB and the 7 MiB tail.
+        a.free(chunks[0]);
+        a.free(chunks[4]);
+        let fit = a.alloc(2 * MIB - PAGE_BYTES).unwrap();
+        assert_eq!(fit.offset, chunks[4].offset);
+        a.check();
+    }
+
+    #[test]
+    fn fragmented_space_refuses_what_no_single_hole_holds() {
+        let mut a = SlabAllocator::new(8 * MIB);
+        let chunks: Vec<Chunk> = (0..64).map(|_| a.alloc(128 * 1024).unwrap()).collect();
+        assert_eq!(a.reserved_bytes(), a.capacity());
+        for chunk in chunks.iter().step_by(2) {
+            a.free(*chunk);
+        }
+        assert_eq!(a.reserved_bytes(), 4 * MIB);
+        assert_eq!(a.largest_free_extent(), 128 * 1024);
+        assert_eq!(a.alloc(128 * 1024 + 1), None);
+        assert_eq!(a.alloc(1), None, "no hole can hold a slab");
+        assert!(a.alloc(100 * 1024).is_some());
+        // chunks[3] lies between the freed chunks[2] and chunks[4].
+        a.free(chunks[3]);
+        assert_eq!(a.largest_free_extent(), 3 * 128 * 1024);
+        a.check();
+    }
+
+    #[test]
+    fn lengths_beyond_capacity_are_refused_without_overflow() {
+        let mut a = SlabAllocator::new(2 * MIB);
+        for len in [2 * MIB + 1, u64::MAX - PAGE_BYTES + 2, u64::MAX] {
+            assert_eq!(a.alloc(len), None);
+        }
+        let whole = a.alloc(2 * MIB).unwrap();
+        assert_eq!(whole.size, 2 * MIB);
+        a.free(whole);
+        assert_all_free(&a);
+    }
+
+    #[test]
+    fn capacity_is_rounded_down_to_a_page() {
+        let mut a = SlabAllocator::new(3 * MIB + 1234);
+        assert_eq!(a.capacity(), 3 * MIB);
+        assert_eq!(a.alloc(3 * MIB + 1), None);
+        let whole = a.alloc(3 * MIB).unwrap();
+        a.free(whole);
+        assert_all_free(&a);
+    }
+
+    #[test]
+    fn arenas_smaller_than_a_slab_still_serve_small_values() {
+        let mut a = SlabAllocator::new(5 * PAGE_BYTES + 7);
+        assert_eq!(a.capacity(), 5 * PAGE_BYTES);
+        let chunk = a.alloc(10).unwrap();
+        assert_eq!(a.reserved_bytes(), 5 * PAGE_BYTES);
+        assert_eq!(a.alloc(MAX_CLASS_BYTES), None, "class larger than the slab");
+        a.free(chunk);
+        assert_all_free(&a);
+
+        let mut empty = SlabAllocator::new(PAGE_BYTES - 1);
+        assert_eq!(empty.capacity(), 0);
+        assert_eq!(empty.alloc(0), None);
+        assert_eq!(empty.alloc(MAX_CLASS_BYTES + 1), None);
+        assert_all_free(&empty);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not allocated")]
+    fn double_free_of_a_small_chunk_panics_in_debug() {
+        let mut a = SlabAllocator::new(2 * MIB);
+        let _keep_slab_open = a.alloc(100).unwrap();
+        let chunk = a.alloc(100).unwrap();
+        a.free(chunk);
+        a.free(chunk);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not allocated")]
+    fn double_free_of_a_large_chunk_panics_in_debug() {
+        let mut a = SlabAllocator::new(2 * MIB);
+        let chunk = a.alloc(MIB).unwrap();
+        a.free(chunk);
+        a.free(chunk);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not allocated")]
+    fn freeing_a_chunk_with_the_wrong_size_panics_in_debug() {
+        let mut a = SlabAllocator::new(2 * MIB);
+        let chunk = a.alloc(100).unwrap();
+        a.free(Chunk { size: 64, ..chunk });
+    }
+
+    /// ~100k random allocs and frees against a model of live chunks; a full
+    /// alloc stands for "evict something and retry", as the DRAM tier does.
+    #[test]
+    fn random_ops_match_a_model() {
+        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+        let mut a = SlabAllocator::new(64 * MIB + 12_345);
+        let mut live: Vec<Chunk> = Vec::new();
+        let mut by_offset: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut live_bytes = 0;
+        for op in 0..100_000 {
+            let free_one = !live.is_empty() && rng.below(100) < 45;
+            if free_one {
+                let chunk = live.swap_remove(rng.below(live.len() as u64) as usize);
+                by_offset.remove(&chunk.offset);
+                live_bytes -= chunk.size;
+                a.free(chunk);
+            } else {
+                let len = random_len(&mut rng);
+                match a.alloc(len) {
+                    Some(chunk) => {
+                        assert_fits(&a, &by_offset, chunk, len);
+                        by_offset.insert(chunk.offset, chunk.size);
+                        live_bytes += chunk.size;
+                        live.push(chunk);
+                    }
+                    None if !live.is_empty() => {
+                        let chunk = live.swap_remove(rng.below(live.len() as u64) as usize);
+                        by_offset.remove(&chunk.offset);
+                        live_bytes -= chunk.size;
+                        a.free(chunk);
+                    }
+                    None => panic!("empty allocator refused {len} bytes"),
+                }
+            }
+            assert_eq!(a.used_bytes(), live_bytes);
+            assert!(a.used_bytes() <= a.reserved_bytes());
+            assert!(a.reserved_bytes() <= a.capacity());
+            if op % 5_000 == 0 {
+                a.check();
+            }
+        }
+        a.check();
+        while !live.is_empty() {
+            a.free(live.swap_remove(rng.below(live.len() as u64) as usize));
+        }
+        assert_all_free(&a);
+    }
+
+    /// Mostly small values, with KV-block-sized ones and a few huge ones.
+    fn random_len(rng: &mut XorShift) -> u64 {
+        match rng.below(100) {
+            0..=69 => rng.below(2 * 1024),
+            70..=89 => rng.below(MAX_CLASS_BYTES + 1),
+            90..=98 => rng.below(2 * MIB),
+            _ => rng.below(16 * MIB),
+        }
+    }
+
+    fn assert_fits(a: &SlabAllocator, live: &BTreeMap<u64, u64>, chunk: Chunk, len: u64) {
+        assert!(chunk.size >= len);
+        assert_eq!(chunk.offset % CHUNK_ALIGN_BYTES, 0);
+        assert!(chunk.offset + chunk.size <= a.capacity());
+        if let Some((&prev, &prev_size)) = live.range(..=chunk.offset).next_back() {
+            assert!(
+                prev + prev_size <= chunk.offset,
+                "{chunk:?} overlaps {prev}"
+            );
+        }
+        if let Some((&next, _)) = live.range(chunk.offset + 1..).next() {
+            assert!(
+                chunk.offset + chunk.size <= next,
+                "{chunk:?} overlaps {next}"
+            );
+        }
+    }
+}
