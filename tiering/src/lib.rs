@@ -1,0 +1,11 @@
+//! Storage tiers of a strata node.
+//!
+//! A tier holds value bytes and hands out plain memory (`addr`, `len`) that
+//! the server registers with the transport and serves in place. Today there
+//! is the DRAM tier: one pre-allocated arena per node with a size-class
+//! allocator inside it. The NVMe tier (foyer) and the GPU tier come later.
+//!
+//! This crate must never see RESP and never import the transport (`rdma`):
+//! `server` is the only place where tiers and transports meet.
+
+pub mod dram;
