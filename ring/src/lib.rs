@@ -11,7 +11,9 @@
 //! deterministic and testable without a cluster.
 
 pub mod node;
+pub mod ring;
 pub mod slot;
 
 pub use node::NodeRecord;
+pub use ring::{points_for, Ring, SlotRange, MAX_POINTS, MIN_POINTS, POINT_BYTES};
 pub use slot::{key_slot, SLOTS};
