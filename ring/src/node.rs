@@ -1,0 +1,67 @@
+//! What a node says about itself to the cluster.
+//!
+//! A `NodeRecord` is registered by each node as JSON under
+//! `/strata/<cluster>/nodes/<id>` in etcd and read back by every other node
+//! and client to build the same ring. The JSON field names are therefore a
+//! wire format shared by processes of different releases: never rename or
+//! retype a field; add new ones with `#[serde(default)]` so older records
+//! still parse. Unknown fields are ignored so older readers accept newer
+//! records. This module only describes the record; it never talks to etcd.
+
+use serde::{Deserialize, Serialize};
+
+/// One cluster member as registered in etcd.
+///
+/// Placement reads only `id` and `capacity_bytes`; replica placement also
+/// reads `host`. The addresses are carried so that whoever holds a ring can
+/// redirect (`-MOVED`) and print `CLUSTER SLOTS` without another lookup.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// `id`: stable, unique node name. It names the node's virtual points on
+    /// the ring, so a node that restarts with the same id gets the same slots
+    /// back; changing it moves the node's slots.
+    pub id: String,
+    /// `resp_addr`: `host:port` where the node speaks RESP; the target of
+    /// `-MOVED` redirects and of `CLUSTER SLOTS` entries.
+    pub resp_addr: String,
+    /// `data_addr`: data-plane endpoint that peers do one-sided reads from
+    /// (the TCP emulation's listener, or the verbs side channel).
+    pub data_addr: String,
+    /// `host`: failure domain, normally the machine's hostname. Replicas of a
+    /// slot go to distinct hosts, so two nodes on one machine never hold both
+    /// copies.
+    pub host: String,
+    /// `capacity_bytes`: total bytes the node can store across its tiers. It
+    /// is the node's weight on the ring: twice the capacity, about twice the
+    /// slots.
+    pub capacity_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_field_names_are_stable() {
+        let node = NodeRecord {
+            id: "n1".into(),
+            resp_addr: "10.0.0.1:6379".into(),
+            data_addr: "10.0.0.1:7000".into(),
+            host: "h1".into(),
+            capacity_bytes: 1 << 30,
+        };
+        let json = serde_json::to_string(&node).expect("serialise");
+        assert_eq!(
+            json,
+            r#"{"id":"n1","resp_addr":"10.0.0.1:6379","data_addr":"10.0.0.1:7000","host":"h1","capacity_bytes":1073741824}"#
+        );
+        assert_eq!(serde_json::from_str::<NodeRecord>(&json).ok(), Some(node));
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let json = r#"{"id":"n1","resp_addr":"a:1","data_addr":"a:2","host":"h","capacity_bytes":5,"tiers":[]}"#;
+        let node: NodeRecord = serde_json::from_str(json).expect("parse");
+        assert_eq!(node.capacity_bytes, 5);
+    }
+}

@@ -1,0 +1,520 @@
+//! Capacity-weighted consistent-hash placement of hash slots onto nodes.
+//!
+//! Every node and client builds its own `Ring` from the same membership and
+//! must get the same answer, so placement is a pure function of the node
+//! records: the virtual points are hashed with a pinned hash (xxh64, seed 0)
+//! over a documented byte encoding, never with `std`'s randomly keyed or
+//! unspecified hashers. A `Ring` is an immutable snapshot; a membership change
+//! builds a new one and `moved_slots` says what has to move. This module does
+//! no I/O, reads no clock and never panics on any slot number.
+//!
+//! Virtual point `i` of node `id` sits at `xxh64(id ‖ 0xFF ‖ i as u32 LE, 0)`
+//! on the 64-bit ring; 0xFF never occurs in UTF-8, so no two (id, i) pairs
+//! share an encoding. Slot `s` is not hashed again (the slot already is a
+//! hash of the key): it sits at `s << 50`, so the 16384 slots lie in order on
+//! equal arcs, and belongs to the first point at or after that position
+//! (wrapping). Laying slots in order keeps each node's slots in runs, so
+//! `CLUSTER SLOTS` lists at most one range per point (629 for the 3-node
+//! reference ring) rather than one for nearly every slot (~10k when slots
+//! are hashed), and a node's share of slots is its share of the ring. Changing any of
+//! this is a breaking change to placement: see `tests/backwards_compat.rs`.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use hashring::HashRing;
+use xxhash_rust::xxh64::Xxh64;
+
+use crate::node::NodeRecord;
+use crate::slot::{key_slot, SLOTS};
+
+/// Bytes of capacity per virtual point. 256 MiB puts the weighted range
+/// (`MIN_POINTS..=MAX_POINTS`) at 40 GiB ..= 1 TiB, the span of real store
+/// nodes (DRAM-only boxes up to GPU + NVMe servers).
+pub const POINT_BYTES: u64 = 256 << 20;
+
+/// Floor on virtual points per node. A node's share of slots varies by about
+/// `1/sqrt(points)`; 160 (ketama's per-server count) keeps that near 8%, so
+/// small nodes still get a fair share and a misreported tiny or zero capacity
+/// cannot starve a member out of the ring.
+pub const MIN_POINTS: u64 = 160;
+
+/// Ceiling on virtual points per node. Bounds ring size and build time
+/// (nodes × MAX_POINTS points are hashed and sorted on every membership
+/// change) and caps how much of the cluster one huge node can claim.
+pub const MAX_POINTS: u64 = 4096;
+
+/// Seed of the pinned xxh64 hash: fixed forever, see the module header.
+const HASH_SEED: u64 = 0;
+
+/// Slot `s` sits at ring position `s << SLOT_SHIFT`: 2^64 / SLOTS apart.
+const SLOT_SHIFT: u32 = u64::BITS - SLOTS.trailing_zeros();
+const _: () = assert!(SLOTS.is_power_of_two(), "slots must tile the ring exactly");
+
+/// Separator between node id and point number in a point's name. It never
+/// occurs in UTF-8, so the first 0xFF always ends the id and two different
+/// (id, point) pairs never share a name.
+const POINT_NAME_SEPARATOR: u8 = 0xFF;
+
+/// Number of virtual points a node of `capacity_bytes` gets.
+pub fn points_for(capacity_bytes: u64) -> u64 {
+    (capacity_bytes / POINT_BYTES).clamp(MIN_POINTS, MAX_POINTS)
+}
+
+/// One virtual point as handed to `hashring`. Its `Hash` writes exactly the
+/// documented name bytes with one `write`, so the position does not depend
+/// on `std`'s encodings of integers (native endian) or slices (length prefix
+/// of platform width).
+#[derive(Clone, Debug)]
+struct Point {
+    /// Index into `Ring::nodes`.
+    node: usize,
+    /// Index of this point among all points, in build order; lets a point
+    /// returned by `hashring` be mapped back to its clockwise position.
+    flat: usize,
+    /// `id ‖ 0xFF ‖ i as u32 LE`.
+    name: Box<[u8]>,
+}
+
+impl Hash for Point {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(&self.name);
+    }
+}
+
+/// The lookup key of a slot: its fixed ring position (see module header).
+struct SlotKey(u16);
+
+impl Hash for SlotKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(u64::from(self.0) << SLOT_SHIFT);
+    }
+}
+
+/// The pinned hasher plugged into `hashring`: bytes given to `write` are
+/// hashed with xxh64 (seed `HASH_SEED`), a spec'd hash with published test
+/// vectors, so positions are the same in every process, platform and
+/// release; a `write_u64` is taken as an exact ring position instead, which
+/// is how slots are placed without being hashed. Only `Point` and `SlotKey`
+/// are ever hashed with it.
+#[derive(Clone, Copy, Debug, Default)]
+struct PlacementHash;
+
+impl BuildHasher for PlacementHash {
+    type Hasher = PlacementHasher;
+
+    fn build_hasher(&self) -> PlacementHasher {
+        PlacementHasher {
+            xxh: Xxh64::new(HASH_SEED),
+            position: None,
+        }
+    }
+}
+
+struct PlacementHasher {
+    xxh: Xxh64,
+    position: Option<u64>,
+}
+
+impl Hasher for PlacementHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.xxh.update(bytes);
+    }
+
+    fn write_u64(&mut self, position: u64) {
+        self.position = Some(position);
+    }
+
+    fn finish(&self) -> u64 {
+        self.position.unwrap_or_else(|| self.xxh.digest())
+    }
+}
+
+/// A run of consecutive slots with one owner, as `CLUSTER SLOTS` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRange<'a> {
+    /// First slot of the run.
+    pub start: u16,
+    /// Last slot of the run, inclusive (Redis' convention).
+    pub end: u16,
+    /// Owner of every slot in `start..=end`.
+    pub node: &'a NodeRecord,
+}
+
+/// Immutable placement snapshot for one membership.
+#[derive(Clone, Default)]
+pub struct Ring {
+    /// Members sorted by id, ids unique: the order is canonical so the ring
+    /// does not depend on the order records were read from etcd.
+    nodes: Vec<NodeRecord>,
+    /// Owning node index of each virtual point, in clockwise ring order.
+    clockwise: Vec<usize>,
+    /// For each slot, the index in `clockwise` of the point that owns it.
+    /// Slots are finite, so every lookup is resolved once at build time.
+    /// Empty when the ring has no nodes.
+    slot_points: Vec<usize>,
+}
+
+impl Ring {
+    /// Builds the ring for `nodes`. Input order does not matter; of several
+    /// records with the same id, the first one given is kept.
+    pub fn new(mut nodes: Vec<NodeRecord>) -> Ring {
+        nodes.sort_by(|a, b| a.id.cmp(&b.id));
+        // `dedup_by` drops the later duplicate; the sort is stable, so the
+        // first record given for an id is the one kept.
+        nodes.dedup_by(|later, earlier| later.id == earlier.id);
+        if nodes.is_empty() {
+            return Ring::default();
+        }
+
+        let (clockwise, slot_points) = place(&nodes);
+        Ring {
+            nodes,
+            clockwise,
+            slot_points,
+        }
+    }
+
+    /// The standalone ring: one node owning every slot.
+    pub fn single(node: NodeRecord) -> Ring {
+        Ring::new(vec![node])
+    }
+
+    /// Number of member nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when there are no members: every lookup answers `None`.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Members, sorted by id.
+    pub fn nodes(&self) -> &[NodeRecord] {
+        &self.nodes
+    }
+
+    /// Owner of `slot`; `None` on an empty ring or for `slot >= SLOTS` (slot
+    /// numbers come from clients, so a bad one is an answer, not a panic).
+    pub fn owner(&self, slot: u16) -> Option<&NodeRecord> {
+        let point = *self.slot_points.get(usize::from(slot))?;
+        Some(&self.nodes[self.clockwise[point]])
+    }
+
+    /// Owner of the slot of `key`.
+    pub fn owner_of_key(&self, key: &[u8]) -> Option<&NodeRecord> {
+        self.owner(key_slot(key))
+    }
+
+    /// Up to `n` nodes to hold `slot`, `n` counting the owner: the owner
+    /// first, then the next nodes clockwise whose `host` differs from every
+    /// node already chosen. Fewer than `n` when there are fewer hosts.
+    pub fn replicas(&self, slot: u16, n: usize) -> Vec<&NodeRecord> {
+        let Some(&start) = self.slot_points.get(usize::from(slot)) else {
+            return Vec::new();
+        };
+        let mut chosen: Vec<&NodeRecord> = Vec::with_capacity(n.min(self.nodes.len()));
+        // One lap at most: after that no new host can appear.
+        for step in 0..self.clockwise.len() {
+            if chosen.len() == n {
+                break;
+            }
+            let node = &self.nodes[self.clockwise[(start + step) % self.clockwise.len()]];
+            if chosen.iter().all(|c| c.host != node.host) {
+                chosen.push(node);
+            }
+        }
+        chosen
+    }
+
+    /// All slots as maximal runs with one owner, in slot order, covering
+    /// `0..SLOTS` exactly once; empty for an empty ring.
+    pub fn slot_map(&self) -> Vec<SlotRange<'_>> {
+        let mut ranges: Vec<SlotRange<'_>> = Vec::new();
+        for slot in 0..SLOTS {
+            let Some(node) = self.owner(slot) else {
+                break;
+            };
+            match ranges.last_mut() {
+                Some(last) if last.node.id == node.id => last.end = slot,
+                _ => ranges.push(SlotRange {
+                    start: slot,
+                    end: slot,
+                    node,
+                }),
+            }
+        }
+        ranges
+    }
+
+    /// Slots whose owner (by id) differs between `old` and `new`, ascending.
+    /// A slot gained from or lost to an empty ring counts as moved.
+    pub fn moved_slots(old: &Ring, new: &Ring) -> Vec<u16> {
+        (0..SLOTS)
+            .filter(|&slot| old.owner(slot).map(|n| &n.id) != new.owner(slot).map(|n| &n.id))
+            .collect()
+    }
+}
+
+/// Kept short: a ring holds tens of thousands of entries nobody wants in a log.
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field(
+                "nodes",
+                &self.nodes.iter().map(|n| &n.id).collect::<Vec<_>>(),
+            )
+            .field("points", &self.clockwise.len())
+            .finish()
+    }
+}
+
+/// Puts the virtual points of `nodes` on a `hashring` and resolves every
+/// slot: returns the clockwise node index of each point, and for each slot
+/// the clockwise index of the point that owns it.
+fn place(nodes: &[NodeRecord]) -> (Vec<usize>, Vec<usize>) {
+    let points = virtual_points(nodes);
+    let point_count = points.len();
+    let mut ring = HashRing::with_hasher(PlacementHash);
+    ring.batch_add(points);
+
+    // `get_with_replicas` with more replicas than points yields every
+    // point exactly once, clockwise: the only ordered walk `hashring`
+    // exposes under a custom hasher.
+    let ordered = ring
+        .get_with_replicas(&SlotKey(0), usize::MAX)
+        .unwrap_or_default();
+    assert_eq!(
+        ordered.len(),
+        point_count,
+        "ring walk must visit every point once"
+    );
+    let mut position = vec![0; point_count];
+    let mut clockwise = Vec::with_capacity(point_count);
+    for (i, point) in ordered.iter().enumerate() {
+        position[point.flat] = i;
+        clockwise.push(point.node);
+    }
+
+    let slot_points = (0..SLOTS)
+        .map(|slot| {
+            ring.get(&SlotKey(slot))
+                .map_or(0, |point| position[point.flat])
+        })
+        .collect();
+    (clockwise, slot_points)
+}
+
+/// Every virtual point of `nodes` (sorted, unique ids), numbered flat.
+fn virtual_points(nodes: &[NodeRecord]) -> Vec<Point> {
+    let mut points = Vec::new();
+    for (node, record) in nodes.iter().enumerate() {
+        // points_for() <= MAX_POINTS, far below u32::MAX.
+        for i in 0..points_for(record.capacity_bytes) as u32 {
+            let mut name = Vec::with_capacity(record.id.len() + 5);
+            name.extend_from_slice(record.id.as_bytes());
+            name.push(POINT_NAME_SEPARATOR);
+            name.extend_from_slice(&i.to_le_bytes());
+            points.push(Point {
+                node,
+                flat: points.len(),
+                name: name.into_boxed_slice(),
+            });
+        }
+    }
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn node(id: &str, host: &str, capacity_bytes: u64) -> NodeRecord {
+        NodeRecord {
+            id: id.into(),
+            resp_addr: format!("{id}:6379"),
+            data_addr: format!("{id}:7000"),
+            host: host.into(),
+            capacity_bytes,
+        }
+    }
+
+    fn owned_by(ring: &Ring, id: &str) -> usize {
+        (0..SLOTS)
+            .filter(|&s| ring.owner(s).map(|n| n.id.as_str()) == Some(id))
+            .count()
+    }
+
+    fn equal_nodes(count: usize) -> Vec<NodeRecord> {
+        (0..count)
+            .map(|i| node(&format!("node-{i}"), &format!("host-{i}"), 100 * GIB))
+            .collect()
+    }
+
+    #[test]
+    fn points_are_weighted_and_clamped() {
+        assert_eq!(points_for(0), MIN_POINTS);
+        assert_eq!(points_for(100 * GIB), 400);
+        assert_eq!(points_for(200 * GIB), 800);
+        assert_eq!(points_for(u64::MAX), MAX_POINTS);
+    }
+
+    #[test]
+    fn empty_ring_answers_none() {
+        let ring = Ring::new(Vec::new());
+        assert!(ring.is_empty());
+        assert_eq!(ring.len(), 0);
+        assert_eq!(ring.owner(0), None);
+        assert_eq!(ring.owner_of_key(b"foo"), None);
+        assert!(ring.replicas(0, 3).is_empty());
+        assert!(ring.slot_map().is_empty());
+    }
+
+    #[test]
+    fn single_node_owns_everything() {
+        let ring = Ring::single(node("solo", "h", 0));
+        assert_eq!(ring.len(), 1);
+        let map = ring.slot_map();
+        assert_eq!(map.len(), 1);
+        assert_eq!((map[0].start, map[0].end), (0, SLOTS - 1));
+        assert_eq!(map[0].node.id, "solo");
+        assert_eq!(ring.replicas(123, 3).len(), 1);
+    }
+
+    #[test]
+    fn out_of_range_slot_is_none() {
+        let ring = Ring::new(equal_nodes(3));
+        assert_eq!(ring.owner(SLOTS), None);
+        assert_eq!(ring.owner(u16::MAX), None);
+        assert!(ring.replicas(SLOTS, 2).is_empty());
+    }
+
+    #[test]
+    fn input_order_and_duplicates_do_not_matter() {
+        let nodes = equal_nodes(4);
+        let mut shuffled = nodes.clone();
+        shuffled.reverse();
+        shuffled.push(node("node-1", "elsewhere", 1));
+        let a = Ring::new(nodes);
+        let b = Ring::new(shuffled);
+        assert_eq!(b.len(), 4);
+        assert!(Ring::moved_slots(&a, &b).is_empty());
+        // The first record given for a duplicated id wins.
+        assert_eq!(b.nodes()[1].host, "host-1");
+    }
+
+    #[test]
+    fn capacity_weighting() {
+        let ring = Ring::new(vec![
+            node("small-a", "h1", 100 * GIB),
+            node("big", "h2", 200 * GIB),
+            node("small-b", "h3", 100 * GIB),
+        ]);
+        let big = owned_by(&ring, "big") as f64;
+        let small = (owned_by(&ring, "small-a") + owned_by(&ring, "small-b")) as f64 / 2.0;
+        let ratio = big / small;
+        assert!((1.7..=2.3).contains(&ratio), "big/small = {ratio}");
+    }
+
+    #[test]
+    fn equal_nodes_share_evenly() {
+        let ring = Ring::new(equal_nodes(4));
+        for i in 0..4 {
+            let share = owned_by(&ring, &format!("node-{i}")) as f64 / f64::from(SLOTS);
+            assert!((0.2..=0.3).contains(&share), "node-{i}: {share}");
+        }
+    }
+
+    #[test]
+    fn adding_a_node_moves_only_its_new_slots() {
+        let old = Ring::new(equal_nodes(3));
+        let new = Ring::new(equal_nodes(4));
+        let moved = Ring::moved_slots(&old, &new);
+        // Only slots the newcomer took move; nothing shuffles between old members.
+        for &slot in &moved {
+            assert_eq!(new.owner(slot).map(|n| n.id.as_str()), Some("node-3"));
+        }
+        assert_eq!(moved.len(), owned_by(&new, "node-3"));
+        let share = moved.len() as f64 / f64::from(SLOTS);
+        assert!((0.18..=0.32).contains(&share), "moved share {share}");
+    }
+
+    #[test]
+    fn removing_a_node_moves_only_its_slots() {
+        let old = Ring::new(equal_nodes(4));
+        let mut nodes = equal_nodes(4);
+        nodes.remove(2);
+        let new = Ring::new(nodes);
+        let moved = Ring::moved_slots(&old, &new);
+        let had: Vec<u16> = (0..SLOTS)
+            .filter(|&s| old.owner(s).map(|n| n.id.as_str()) == Some("node-2"))
+            .collect();
+        assert_eq!(moved, had);
+    }
+
+    #[test]
+    fn moved_slots_against_empty_ring_is_everything() {
+        let ring = Ring::new(equal_nodes(2));
+        assert_eq!(
+            Ring::moved_slots(&Ring::default(), &ring).len(),
+            usize::from(SLOTS)
+        );
+        assert_eq!(
+            Ring::moved_slots(&ring, &Ring::default()).len(),
+            usize::from(SLOTS)
+        );
+    }
+
+    #[test]
+    fn replicas_are_on_distinct_hosts() {
+        // Two nodes per host: a naive "next n nodes" would double up hosts.
+        let nodes: Vec<NodeRecord> = (0..6)
+            .map(|i| node(&format!("n{i}"), &format!("host-{}", i / 2), 100 * GIB))
+            .collect();
+        let ring = Ring::new(nodes);
+        for slot in (0..SLOTS).step_by(97) {
+            let replicas = ring.replicas(slot, 3);
+            assert_eq!(replicas.len(), 3);
+            assert_eq!(Some(replicas[0]), ring.owner(slot));
+            let mut hosts: Vec<&str> = replicas.iter().map(|n| n.host.as_str()).collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            assert_eq!(hosts.len(), 3, "slot {slot}: {replicas:?}");
+            // Only three hosts exist, so asking for more yields three.
+            assert_eq!(ring.replicas(slot, 5).len(), 3);
+            assert!(ring.replicas(slot, 0).is_empty());
+        }
+    }
+
+    #[test]
+    fn slot_map_is_contiguous_and_matches_owner() {
+        let ring = Ring::new(equal_nodes(3));
+        let map = ring.slot_map();
+        let mut next = 0u32;
+        for (i, range) in map.iter().enumerate() {
+            assert_eq!(u32::from(range.start), next);
+            assert!(range.start <= range.end);
+            if i > 0 {
+                assert_ne!(map[i - 1].node.id, range.node.id, "runs must be maximal");
+            }
+            for slot in range.start..=range.end {
+                assert_eq!(ring.owner(slot), Some(range.node));
+            }
+            next = u32::from(range.end) + 1;
+        }
+        assert_eq!(next, u32::from(SLOTS));
+    }
+
+    #[test]
+    fn keys_of_one_slot_share_an_owner() {
+        let ring = Ring::new(equal_nodes(5));
+        assert_eq!(
+            ring.owner_of_key(b"{user1000}.following"),
+            ring.owner_of_key(b"{user1000}.followers")
+        );
+        assert_eq!(ring.owner_of_key(b"foo"), ring.owner(12182));
+    }
+}
