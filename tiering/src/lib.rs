@@ -9,3 +9,9 @@
 //! `server` is the only place where tiers and transports meet.
 
 pub mod dram;
+pub mod store;
+
+pub use store::{
+    Condition, Expiry, Meta, Reservation, Store, StoreConfig, StoreError, StoreStats, Tier, Ttl,
+    Value,
+};
