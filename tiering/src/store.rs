@@ -119,6 +119,8 @@ pub struct StoreStats {
     /// Sum of the stored values' lengths.
     pub value_bytes: u64,
     pub keys: u64,
+    /// Keys with a TTL.
+    pub expiring_keys: u64,
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
@@ -686,13 +688,11 @@ impl Store {
     ) -> (u64, Vec<Bytes>) {
         let index = self.index.lock();
         let mut out = Vec::new();
-        let mut visited = 0usize;
         let mut last_hash = None;
-        for (h, k) in index.order.range((cursor, Bytes::new())..) {
+        for (visited, (h, k)) in index.order.range((cursor, Bytes::new())..).enumerate() {
             if visited >= count.max(1) && last_hash != Some(*h) {
                 return (*h, out);
             }
-            visited += 1;
             last_hash = Some(*h);
             let live = index
                 .map
@@ -722,7 +722,10 @@ impl Store {
     }
 
     pub fn stats(&self) -> StoreStats {
-        let keys = self.index.lock().map.len() as u64;
+        let (keys, expiring_keys) = {
+            let index = self.index.lock();
+            (index.map.len() as u64, index.expiry.len() as u64)
+        };
         let alloc = self.shared.alloc.lock();
         StoreStats {
             capacity_bytes: self.cfg.capacity_bytes,
@@ -730,6 +733,7 @@ impl Store {
             reserved_bytes: alloc.reserved_bytes(),
             value_bytes: self.shared.value_bytes.load(Relaxed),
             keys,
+            expiring_keys,
             hits: self.hits.load(Relaxed),
             misses: self.misses.load(Relaxed),
             evictions: self.evictions.load(Relaxed),

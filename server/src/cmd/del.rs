@@ -1,0 +1,16 @@
+//! `DEL key [key ...]` and `UNLINK key [key ...]`: number of keys removed.
+//! Both free memory lazily in effect: a value being read by someone stays
+//! valid for them and is freed when they finish.
+
+use bytes::Bytes;
+use strata_proto::Reply;
+
+use super::{Ctx, Out};
+
+pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let n = args[1..]
+        .iter()
+        .filter(|k| ctx.node.store.delete(k, ctx.now_ms))
+        .count();
+    Reply::Int(n as i64).into()
+}

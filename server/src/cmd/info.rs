@@ -1,0 +1,162 @@
+//! `INFO [section ...]`: the node's figures in Redis' `# Section` /
+//! `key:value` text. The numbers are the same atomics `/metrics` exports.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use strata_proto::Reply;
+
+use super::{Ctx, Out, COMMANDS};
+use crate::node::Node;
+
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "stats",
+    "tiers",
+    "keyspace",
+    "commandstats",
+];
+/// Sections shown by a plain `INFO` (Redis leaves commandstats out too).
+const DEFAULT: &[&str] = &["server", "clients", "memory", "stats", "tiers", "keyspace"];
+
+pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let wanted: Vec<String> = args[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let pick = |s: &str| {
+        if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
+            DEFAULT.contains(&s)
+        } else {
+            wanted
+                .iter()
+                .any(|w| w == s || w == "all" || w == "everything")
+        }
+    };
+    let mut out = String::new();
+    for section in SECTIONS.iter().filter(|s| pick(s)) {
+        if !out.is_empty() {
+            out.push_str("\r\n");
+        }
+        render(ctx.node, section, &mut out);
+    }
+    Reply::Verbatim(out).into()
+}
+
+fn render(node: &Node, section: &str, out: &mut String) {
+    let s = node.store.stats();
+    let c = &node.metrics.counters;
+    match section {
+        "server" => {
+            out.push_str("# Server\r\n");
+            line(out, "strata_version", env!("CARGO_PKG_VERSION"));
+            // Some clients check this; strata speaks the 7.0 command subset
+            // documented in docs/PROTOCOL.md.
+            line(out, "redis_version", "7.0.0");
+            line(out, "redis_mode", "standalone");
+            line(out, "os", std::env::consts::OS);
+            line(out, "arch_bits", usize::BITS);
+            line(out, "process_id", std::process::id());
+            line(out, "tcp_port", node.cfg.port);
+            line(out, "uptime_in_seconds", node.started.elapsed().as_secs());
+            line(out, "metadata_server", "standalone");
+            line(out, "protocol", &node.cfg.protocol);
+        }
+        "clients" => {
+            out.push_str("# Clients\r\n");
+            line(out, "connected_clients", node.connected_clients());
+            line(out, "maxclients", node.cfg.max_connections);
+        }
+        "memory" => {
+            out.push_str("# Memory\r\n");
+            line(out, "used_memory", s.used_bytes);
+            line(out, "maxmemory", s.capacity_bytes);
+            line(out, "maxmemory_policy", "allkeys-lru");
+        }
+        "stats" => {
+            out.push_str("# Stats\r\n");
+            let total: u64 = node
+                .metrics
+                .commands
+                .iter()
+                .map(|c| c.calls.load(Relaxed))
+                .sum();
+            line(
+                out,
+                "total_connections_received",
+                c.connections_total.load(Relaxed),
+            );
+            line(out, "total_commands_processed", total);
+            line(
+                out,
+                "rejected_connections",
+                c.rejected_connections_total.load(Relaxed),
+            );
+            line(
+                out,
+                "total_net_input_bytes",
+                c.net_input_bytes_total.load(Relaxed),
+            );
+            line(
+                out,
+                "total_net_output_bytes",
+                c.net_output_bytes_total.load(Relaxed),
+            );
+            line(
+                out,
+                "protocol_errors",
+                c.protocol_errors_total.load(Relaxed),
+            );
+            line(out, "too_large_requests", c.too_large_total.load(Relaxed));
+            line(out, "keyspace_hits", s.hits);
+            line(out, "keyspace_misses", s.misses);
+            line(out, "evicted_keys", s.evictions);
+            line(out, "expired_keys", s.expired);
+        }
+        "tiers" => {
+            out.push_str("# Tiers\r\n");
+            line(out, "dram_capacity_bytes", s.capacity_bytes);
+            line(out, "dram_used_bytes", s.used_bytes);
+            line(out, "dram_reserved_bytes", s.reserved_bytes);
+            line(out, "dram_value_bytes", s.value_bytes);
+            line(out, "dram_keys", s.keys);
+            line(out, "dram_evictions", s.evictions);
+            line(out, "dram_evicted_bytes", s.evicted_bytes);
+        }
+        "keyspace" => {
+            out.push_str("# Keyspace\r\n");
+            if s.keys > 0 {
+                let _ = write!(
+                    out,
+                    "db0:keys={},expires={},avg_ttl=0\r\n",
+                    s.keys, s.expiring_keys
+                );
+            }
+        }
+        "commandstats" => {
+            out.push_str("# Commandstats\r\n");
+            for (spec, st) in COMMANDS.iter().zip(&node.metrics.commands) {
+                let calls = st.calls.load(Relaxed);
+                if calls == 0 {
+                    continue;
+                }
+                let usec = st.usec.load(Relaxed);
+                let name = format!("cmdstat_{}", spec.name.to_ascii_lowercase());
+                let per_call = usec as f64 / calls as f64;
+                let failed = st.errors.load(Relaxed);
+                let stats = format!(
+                    "calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls=0,failed_calls={failed}"
+                );
+                line(out, &name, stats);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
+    let _ = write!(out, "{key}:{value}\r\n");
+}

@@ -1,0 +1,14 @@
+//! `MGET key [key ...]`: values in order, nil for missing keys.
+
+use bytes::Bytes;
+
+use super::{Ctx, Out};
+
+pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    Out::Values(
+        args[1..]
+            .iter()
+            .map(|k| ctx.node.store.get(k, ctx.now_ms))
+            .collect(),
+    )
+}

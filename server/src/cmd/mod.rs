@@ -1,0 +1,461 @@
+//! The command table and dispatch. Each command lives in its own file with
+//! one `run` function that parses its arguments, applies them to the node
+//! and builds the reply.
+//!
+//! The table is the single list of commands: dispatch, arity checks,
+//! `COMMAND`, `COMMAND DOCS`, per-command metrics and `INFO commandstats`
+//! all read it, so they can never disagree.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use strata_proto::{CommandError, ErrorCode, Reply};
+use strata_tiering::Value;
+
+use crate::connection::Session;
+use crate::node::Node;
+
+mod auth;
+mod client;
+mod command;
+mod config;
+mod dbsize;
+mod del;
+mod echo;
+mod exists;
+mod expire;
+mod flushall;
+mod get;
+mod hello;
+mod info;
+mod keys;
+mod mget;
+mod mset;
+mod ping;
+mod quit;
+mod scan;
+mod select;
+mod set;
+mod strata_meta;
+mod strlen;
+mod ttl;
+
+/// What a command produces: a reply, or values to be written straight from
+/// store memory.
+#[derive(Debug)]
+pub enum Out {
+    Reply(Reply),
+    Value(Option<Value>),
+    Values(Vec<Option<Value>>),
+}
+
+impl Out {
+    fn is_error(&self) -> bool {
+        matches!(self, Out::Reply(Reply::Error(_)))
+    }
+}
+
+impl From<Reply> for Out {
+    fn from(r: Reply) -> Out {
+        Out::Reply(r)
+    }
+}
+
+impl From<CommandError> for Out {
+    fn from(e: CommandError) -> Out {
+        Out::Reply(Reply::Error(e))
+    }
+}
+
+/// Everything a command may touch.
+pub struct Ctx<'a> {
+    pub node: &'a Node,
+    pub session: &'a mut Session,
+    pub now_ms: u64,
+}
+
+/// How a command is dispatched and described.
+#[derive(Debug)]
+pub struct Spec {
+    /// Upper case, as matched.
+    pub name: &'static str,
+    /// Redis convention: N = exactly N arguments including the name,
+    /// -N = at least N.
+    pub arity: i32,
+    /// Allowed before AUTH.
+    pub no_auth: bool,
+    pub write: bool,
+    /// First key, last key (-1 = last argument), step — what cluster
+    /// clients read from `COMMAND` to route.
+    pub keys: (i32, i32, i32),
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub run: fn(&mut Ctx<'_>, &[Bytes]) -> Out,
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i32,
+    keys: (i32, i32, i32),
+    group: &'static str,
+    summary: &'static str,
+    run: fn(&mut Ctx<'_>, &[Bytes]) -> Out,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        no_auth: false,
+        write: false,
+        keys,
+        group,
+        summary,
+        run,
+    }
+}
+
+const fn open(mut s: Spec) -> Spec {
+    s.no_auth = true;
+    s
+}
+
+const fn write(mut s: Spec) -> Spec {
+    s.write = true;
+    s
+}
+
+const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
+const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
+
+/// Sorted by name: looked up by binary search.
+pub static COMMANDS: &[Spec] = &[
+    open(spec(
+        "AUTH",
+        -2,
+        NO_KEYS,
+        "connection",
+        "Authenticates the connection.",
+        auth::run,
+    )),
+    spec(
+        "CLIENT",
+        -2,
+        NO_KEYS,
+        "connection",
+        "Connection name, id and library info.",
+        client::run,
+    ),
+    spec(
+        "COMMAND",
+        -1,
+        NO_KEYS,
+        "server",
+        "Describes the commands.",
+        command::run,
+    ),
+    spec(
+        "CONFIG",
+        -2,
+        NO_KEYS,
+        "server",
+        "Reads configuration values (CONFIG GET).",
+        config::run,
+    ),
+    spec(
+        "DBSIZE",
+        1,
+        NO_KEYS,
+        "server",
+        "Number of keys.",
+        dbsize::run,
+    ),
+    write(spec(
+        "DEL",
+        -2,
+        ALL_KEYS,
+        "generic",
+        "Deletes keys.",
+        del::run,
+    )),
+    spec(
+        "ECHO",
+        2,
+        NO_KEYS,
+        "connection",
+        "Returns its argument.",
+        echo::run,
+    ),
+    spec(
+        "EXISTS",
+        -2,
+        ALL_KEYS,
+        "generic",
+        "Counts the given keys that exist.",
+        exists::run,
+    ),
+    write(spec(
+        "EXPIRE",
+        -3,
+        ONE_KEY,
+        "generic",
+        "Sets a key's time to live in seconds.",
+        expire::run,
+    )),
+    write(spec(
+        "FLUSHALL",
+        -1,
+        NO_KEYS,
+        "server",
+        "Deletes every key.",
+        flushall::run,
+    )),
+    write(spec(
+        "FLUSHDB",
+        -1,
+        NO_KEYS,
+        "server",
+        "Deletes every key (one database).",
+        flushall::run,
+    )),
+    spec(
+        "GET",
+        2,
+        ONE_KEY,
+        "string",
+        "Returns a key's value.",
+        get::run,
+    ),
+    open(spec(
+        "HELLO",
+        -1,
+        NO_KEYS,
+        "connection",
+        "Handshake: protocol version, auth, name.",
+        hello::run,
+    )),
+    spec(
+        "INFO",
+        -1,
+        NO_KEYS,
+        "server",
+        "Node figures by section.",
+        info::run,
+    ),
+    spec(
+        "KEYS",
+        2,
+        NO_KEYS,
+        "generic",
+        "Keys matching a pattern.",
+        keys::run,
+    ),
+    spec(
+        "MGET",
+        -2,
+        ALL_KEYS,
+        "string",
+        "Values of several keys.",
+        mget::run,
+    ),
+    write(spec(
+        "MSET",
+        -3,
+        (1, -1, 2),
+        "string",
+        "Sets several keys atomically.",
+        mset::run,
+    )),
+    write(spec(
+        "PEXPIRE",
+        -3,
+        ONE_KEY,
+        "generic",
+        "Sets a key's time to live in milliseconds.",
+        expire::run,
+    )),
+    open(spec(
+        "PING",
+        -1,
+        NO_KEYS,
+        "connection",
+        "Replies PONG.",
+        ping::run,
+    )),
+    spec(
+        "PTTL",
+        2,
+        ONE_KEY,
+        "generic",
+        "A key's time to live in milliseconds.",
+        ttl::run,
+    ),
+    open(spec(
+        "QUIT",
+        -1,
+        NO_KEYS,
+        "connection",
+        "Closes the connection.",
+        quit::run,
+    )),
+    spec(
+        "SCAN",
+        -2,
+        NO_KEYS,
+        "generic",
+        "Iterates over keys with a cursor.",
+        scan::run,
+    ),
+    spec(
+        "SELECT",
+        2,
+        NO_KEYS,
+        "connection",
+        "Selects database 0 (the only one).",
+        select::run,
+    ),
+    write(spec(
+        "SET",
+        -3,
+        ONE_KEY,
+        "string",
+        "Sets a key's value.",
+        set::run,
+    )),
+    spec(
+        "STRATA.META",
+        2,
+        ONE_KEY,
+        "strata",
+        "Size, tier, creation time, checksum and epoch of a value.",
+        strata_meta::run,
+    ),
+    spec(
+        "STRLEN",
+        2,
+        ONE_KEY,
+        "string",
+        "Length of a key's value.",
+        strlen::run,
+    ),
+    spec(
+        "TTL",
+        2,
+        ONE_KEY,
+        "generic",
+        "A key's time to live in seconds.",
+        ttl::run,
+    ),
+    write(spec(
+        "UNLINK",
+        -2,
+        ALL_KEYS,
+        "generic",
+        "Deletes keys.",
+        del::run,
+    )),
+];
+
+/// Longest command name in the table; longer input cannot match.
+const MAX_NAME_LEN: usize = 16;
+
+fn lookup(name: &[u8]) -> Option<usize> {
+    if name.len() > MAX_NAME_LEN {
+        return None;
+    }
+    let mut upper = [0u8; MAX_NAME_LEN];
+    let upper = &mut upper[..name.len()];
+    upper.copy_from_slice(name);
+    upper.make_ascii_uppercase();
+    COMMANDS
+        .binary_search_by(|s| s.name.as_bytes().cmp(upper))
+        .ok()
+}
+
+fn arity_ok(arity: i32, n: usize) -> bool {
+    if arity >= 0 {
+        n == arity as usize
+    } else {
+        n >= arity.unsigned_abs() as usize
+    }
+}
+
+/// Runs one request (`args[0]` is the command name).
+pub fn execute(node: &Node, session: &mut Session, args: &[Bytes], now_ms: u64) -> Out {
+    let Some((name, rest)) = args.split_first() else {
+        return CommandError::err("empty command").into();
+    };
+    let Some(idx) = lookup(name) else {
+        if !session.authed {
+            return no_auth();
+        }
+        return CommandError::unknown_command(name, rest).into();
+    };
+    let spec = &COMMANDS[idx];
+    if !session.authed && !spec.no_auth {
+        return no_auth();
+    }
+    if !arity_ok(spec.arity, args.len()) {
+        return CommandError::wrong_arity(spec.name).into();
+    }
+    let start = Instant::now();
+    let mut ctx = Ctx {
+        node,
+        session,
+        now_ms,
+    };
+    let out = (spec.run)(&mut ctx, args);
+    node.metrics.commands[idx].record(start.elapsed(), out.is_error());
+    out
+}
+
+fn no_auth() -> Out {
+    CommandError::new(ErrorCode::NoAuth, "Authentication required.").into()
+}
+
+/// Parses a decimal integer argument with Redis' error.
+pub fn int_arg(b: &[u8]) -> Result<i64, CommandError> {
+    strata_proto::request::parse_i64(b).ok_or_else(CommandError::not_integer)
+}
+
+/// Maps store errors to their stable codes.
+pub fn store_error(e: strata_tiering::StoreError) -> CommandError {
+    use strata_tiering::StoreError;
+    match e {
+        StoreError::TooLarge { .. } => CommandError::new(ErrorCode::TooLarge, e.to_string()),
+        StoreError::NoSpace { .. } => CommandError::new(ErrorCode::NoSpace, e.to_string()),
+        StoreError::Arena { .. } => CommandError::err(e.to_string()),
+    }
+}
+
+/// Copies a key out of the request buffer: a stored key must not keep the
+/// whole read buffer it arrived in alive.
+pub fn own_key(key: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_names_fit() {
+        for w in COMMANDS.windows(2) {
+            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+        for s in COMMANDS {
+            assert!(s.name.len() <= MAX_NAME_LEN);
+            assert_eq!(s.name, s.name.to_ascii_uppercase());
+        }
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        assert_eq!(lookup(b"get").map(|i| COMMANDS[i].name), Some("GET"));
+        assert_eq!(
+            lookup(b"StRaTa.MeTa").map(|i| COMMANDS[i].name),
+            Some("STRATA.META")
+        );
+        assert_eq!(lookup(b"nope"), None);
+        assert_eq!(lookup(&[b'a'; 100]), None);
+    }
+}

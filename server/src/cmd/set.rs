@@ -1,0 +1,139 @@
+//! `SET key value [NX|XX] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`.
+//!
+//! The value is copied once, from the request buffer into a reserved arena
+//! chunk, outside every lock; the write becomes visible atomically at
+//! commit. NX/XX that cannot apply reply nil, as in Redis. `GET` (return
+//! the old value) is not supported.
+
+use bytes::Bytes;
+use strata_proto::{CommandError, Reply};
+use strata_tiering::{Condition, Expiry};
+
+use super::{int_arg, own_key, store_error, Ctx, Out};
+
+pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let (cond, expiry) = match parse_options(&args[3..], ctx.now_ms, "set") {
+        Ok(x) => x,
+        Err(e) => return e.into(),
+    };
+    let store = &ctx.node.store;
+    let (key, value) = (&args[1], &args[2]);
+    // Don't evict anything for a write that will not apply.
+    let exists = || store.exists(key, ctx.now_ms);
+    if (cond == Condition::IfAbsent && exists()) || (cond == Condition::IfPresent && !exists()) {
+        return Reply::Nil.into();
+    }
+    let mut res = match store.reserve(value.len() as u64) {
+        Ok(r) => r,
+        Err(e) => return store_error(e).into(),
+    };
+    res.as_mut_slice().copy_from_slice(value);
+    if store.commit(own_key(key), res, cond, expiry, ctx.now_ms) {
+        Reply::Ok.into()
+    } else {
+        Reply::Nil.into()
+    }
+}
+
+/// Parses SET's options; shared with nothing else but kept separate so the
+/// rules are readable in one place.
+pub fn parse_options(
+    opts: &[Bytes],
+    now_ms: u64,
+    cmd: &str,
+) -> Result<(Condition, Expiry), CommandError> {
+    let mut cond = Condition::Always;
+    let mut expiry = None;
+    let mut i = 0;
+    while i < opts.len() {
+        let o = opts[i].to_ascii_uppercase();
+        match o.as_slice() {
+            b"NX" | b"XX" => {
+                if cond != Condition::Always {
+                    return Err(CommandError::syntax());
+                }
+                cond = if o == b"NX" {
+                    Condition::IfAbsent
+                } else {
+                    Condition::IfPresent
+                };
+            }
+            b"KEEPTTL" => {
+                if expiry.is_some() {
+                    return Err(CommandError::syntax());
+                }
+                expiry = Some(Expiry::Keep);
+            }
+            b"EX" | b"PX" | b"EXAT" | b"PXAT" => {
+                let Some(arg) = opts.get(i + 1) else {
+                    return Err(CommandError::syntax());
+                };
+                if expiry.is_some() {
+                    return Err(CommandError::syntax());
+                }
+                let n = int_arg(arg)?;
+                let invalid =
+                    || CommandError::err(format!("invalid expire time in '{cmd}' command"));
+                if n <= 0 {
+                    return Err(invalid());
+                }
+                let n = n as u64;
+                let at = match o.as_slice() {
+                    b"EX" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now_ms)),
+                    b"PX" => n.checked_add(now_ms),
+                    b"EXAT" => n.checked_mul(1000),
+                    _ => Some(n),
+                }
+                .filter(|&at| at <= i64::MAX as u64)
+                .ok_or_else(invalid)?;
+                expiry = Some(Expiry::At(at));
+                i += 1;
+            }
+            _ => return Err(CommandError::syntax()),
+        }
+        i += 1;
+    }
+    Ok((cond, expiry.unwrap_or(Expiry::Persist)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(opts: &[&str]) -> Result<(Condition, Expiry), CommandError> {
+        let v: Vec<Bytes> = opts
+            .iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect();
+        parse_options(&v, 1000, "set")
+    }
+
+    #[test]
+    fn options() {
+        assert_eq!(p(&[]).unwrap(), (Condition::Always, Expiry::Persist));
+        assert_eq!(
+            p(&["nx", "ex", "2"]).unwrap(),
+            (Condition::IfAbsent, Expiry::At(3000))
+        );
+        assert_eq!(
+            p(&["PX", "5", "XX"]).unwrap(),
+            (Condition::IfPresent, Expiry::At(1005))
+        );
+        assert_eq!(p(&["KEEPTTL"]).unwrap().1, Expiry::Keep);
+        assert_eq!(p(&["EXAT", "7"]).unwrap().1, Expiry::At(7000));
+        assert_eq!(p(&["NX", "XX"]).unwrap_err(), CommandError::syntax());
+        assert_eq!(p(&["EX"]).unwrap_err(), CommandError::syntax());
+        assert_eq!(
+            p(&["EX", "1", "PX", "1"]).unwrap_err(),
+            CommandError::syntax()
+        );
+        assert_eq!(p(&["EX", "x"]).unwrap_err(), CommandError::not_integer());
+        assert!(p(&["EX", "0"])
+            .unwrap_err()
+            .message
+            .contains("invalid expire time in 'set'"));
+        assert!(p(&["EX", "-1"]).is_err());
+        assert!(p(&["EX", "9223372036854775807"]).is_err());
+        assert_eq!(p(&["GET"]).unwrap_err(), CommandError::syntax());
+    }
+}

@@ -1,0 +1,493 @@
+//! Node configuration: `strata.json`, overridden by `STRATA_*` environment
+//! variables, overridden by command-line flags; validated once at start
+//! into [`Config`]. Every bad value is refused with a message that names the
+//! key and the allowed range, and all bad values are reported together.
+//!
+//! Key names follow the reference system's `mooncake.json` where they mean
+//! the same thing (`cpu_memory_pool_size`, `max_connections`, ...).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+
+/// One setting as it arrives: from JSON it may be a number or a string
+/// ("256MiB"); from env and flags it is a string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawValue {
+    Num(f64),
+    Str(String),
+    Bool(bool),
+}
+
+impl RawValue {
+    fn as_text(&self) -> String {
+        match self {
+            RawValue::Num(n) if n.fract() == 0.0 && n.abs() < 1e18 => format!("{}", *n as i64),
+            RawValue::Num(n) => n.to_string(),
+            RawValue::Str(s) => s.clone(),
+            RawValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// Every key a config file may hold. Unknown keys are an error: a typo must
+/// not silently leave a default in place.
+const KEYS: &[(&str, &str)] = &[
+    ("bind", "address the RESP and metrics listeners bind to"),
+    ("port", "RESP port"),
+    (
+        "metrics_port",
+        "HTTP port for /metrics and /health (0 = off)",
+    ),
+    ("cpu_memory_pool_size", "bytes of DRAM arena for values"),
+    ("max_value_size", "largest value in bytes"),
+    (
+        "max_request_size",
+        "largest request (sum of its arguments) in bytes",
+    ),
+    ("max_connections", "most concurrent client connections"),
+    (
+        "eviction_policy",
+        "which values go first when memory is short",
+    ),
+    (
+        "eviction_high_watermark",
+        "fraction of the pool above which writes evict",
+    ),
+    (
+        "requirepass",
+        "password clients must AUTH with (empty = none)",
+    ),
+    (
+        "metadata_server",
+        "cluster membership service (empty = standalone)",
+    ),
+    ("protocol", "transfer protocol for payloads"),
+    (
+        "log_level",
+        "tracing filter, e.g. info or strata_server=debug",
+    ),
+];
+
+/// Command-line flags; each also reads `STRATA_<KEY>`.
+#[derive(Debug, Parser)]
+#[command(name = "strata-server", version, about = "strata KV-cache store node")]
+pub struct Cli {
+    /// Path to strata.json.
+    #[arg(long, short = 'c', env = "STRATA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration as JSON and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    #[arg(long, env = "STRATA_BIND")]
+    bind: Option<String>,
+    #[arg(long, env = "STRATA_PORT")]
+    port: Option<String>,
+    #[arg(long, env = "STRATA_METRICS_PORT")]
+    metrics_port: Option<String>,
+    #[arg(long, env = "STRATA_CPU_MEMORY_POOL_SIZE")]
+    cpu_memory_pool_size: Option<String>,
+    #[arg(long, env = "STRATA_MAX_VALUE_SIZE")]
+    max_value_size: Option<String>,
+    #[arg(long, env = "STRATA_MAX_REQUEST_SIZE")]
+    max_request_size: Option<String>,
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
+    max_connections: Option<String>,
+    #[arg(long, env = "STRATA_EVICTION_POLICY")]
+    eviction_policy: Option<String>,
+    #[arg(long, env = "STRATA_EVICTION_HIGH_WATERMARK")]
+    eviction_high_watermark: Option<String>,
+    #[arg(long, env = "STRATA_REQUIREPASS", hide_env_values = true)]
+    requirepass: Option<String>,
+    #[arg(long, env = "STRATA_METADATA_SERVER")]
+    metadata_server: Option<String>,
+    #[arg(long, env = "STRATA_PROTOCOL")]
+    protocol: Option<String>,
+    #[arg(long, env = "STRATA_LOG_LEVEL")]
+    log_level: Option<String>,
+}
+
+impl Cli {
+    fn overrides(&self) -> Vec<(&'static str, Option<&String>)> {
+        vec![
+            ("bind", self.bind.as_ref()),
+            ("port", self.port.as_ref()),
+            ("metrics_port", self.metrics_port.as_ref()),
+            ("cpu_memory_pool_size", self.cpu_memory_pool_size.as_ref()),
+            ("max_value_size", self.max_value_size.as_ref()),
+            ("max_request_size", self.max_request_size.as_ref()),
+            ("max_connections", self.max_connections.as_ref()),
+            ("eviction_policy", self.eviction_policy.as_ref()),
+            (
+                "eviction_high_watermark",
+                self.eviction_high_watermark.as_ref(),
+            ),
+            ("requirepass", self.requirepass.as_ref()),
+            ("metadata_server", self.metadata_server.as_ref()),
+            ("protocol", self.protocol.as_ref()),
+            ("log_level", self.log_level.as_ref()),
+        ]
+    }
+}
+
+/// The validated, effective configuration.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Config {
+    pub bind: IpAddr,
+    pub port: u16,
+    pub metrics_port: u16,
+    pub cpu_memory_pool_size: u64,
+    pub max_value_size: u64,
+    pub max_request_size: u64,
+    pub max_connections: u32,
+    pub eviction_policy: String,
+    pub eviction_high_watermark: f64,
+    #[serde(serialize_with = "redact")]
+    pub requirepass: Option<String>,
+    pub metadata_server: String,
+    pub protocol: String,
+    pub log_level: String,
+}
+
+fn redact<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(if v.is_some() { "<set>" } else { "" })
+}
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const TIB: u64 = 1 << 40;
+
+/// The arena must hold at least a few slabs to be useful.
+const MIN_POOL: u64 = 4 * MIB;
+/// A sanity bound, far above any single machine's DRAM today.
+const MAX_POOL: u64 = 64 * TIB;
+/// Redis' own proto-max-bulk-len default; values past this are refused.
+const DEFAULT_MAX_VALUE: u64 = 512 * MIB;
+/// Redis' client-query-buffer-limit default.
+const DEFAULT_MAX_REQUEST: u64 = GIB;
+/// Bounded by file descriptors, not by strata itself.
+const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: IpAddr::from([127, 0, 0, 1]),
+            port: 7379,
+            metrics_port: 9379,
+            cpu_memory_pool_size: GIB,
+            max_value_size: DEFAULT_MAX_VALUE,
+            max_request_size: DEFAULT_MAX_REQUEST,
+            max_connections: 1024,
+            eviction_policy: "lru".into(),
+            eviction_high_watermark: 0.95,
+            requirepass: None,
+            metadata_server: String::new(),
+            protocol: "tcp".into(),
+            log_level: "info".into(),
+        }
+    }
+}
+
+/// Parses "1048576", "512MiB", "4GB", "64 KiB". Binary (KiB, MiB, GiB, TiB,
+/// and K, M, G, T) and decimal (KB, MB, GB, TB) suffixes, case-insensitive.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => KIB,
+        "m" | "mib" => MIB,
+        "g" | "gib" => GIB,
+        "t" | "tib" => TIB,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Human form of a byte count for messages.
+pub fn show_size(n: u64) -> String {
+    for (unit, size) in [("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{}{unit}", n / size);
+        }
+    }
+    format!("{n}")
+}
+
+/// Loads file, env and flags, and validates. The error lists every problem.
+pub fn load(cli: &Cli) -> Result<Config, String> {
+    let mut raw: Vec<(String, RawValue)> = Vec::new();
+    if let Some(path) = &cli.config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("config file {}: {e}", path.display()))?;
+        raw = parse_file(&text).map_err(|e| format!("config file {}: {e}", path.display()))?;
+    }
+    for (key, value) in cli.overrides() {
+        if let Some(v) = value {
+            raw.push((key.to_string(), RawValue::Str(v.clone())));
+        }
+    }
+    validate(&raw)
+}
+
+/// Parses strata.json into (key, value) pairs in file order.
+pub fn parse_file(text: &str) -> Result<Vec<(String, RawValue)>, String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+    let mut out = Vec::new();
+    for (k, v) in map {
+        let raw: RawValue = serde_json::from_value(v.clone())
+            .map_err(|_| format!("{k}: expected a number, string or boolean, got {v}"))?;
+        out.push((k, raw));
+    }
+    Ok(out)
+}
+
+/// Applies settings in order (later wins) over the defaults.
+pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
+    let mut cfg = Config::default();
+    let mut errors = Vec::new();
+    for (key, value) in raw {
+        if let Err(e) = apply(&mut cfg, key, &value.as_text()) {
+            errors.push(format!("{key}: {e}"));
+        }
+    }
+    if cfg.max_value_size > cfg.max_request_size {
+        errors.push(format!(
+            "max_value_size: {} is larger than max_request_size {} (a value must fit in a request)",
+            show_size(cfg.max_value_size),
+            show_size(cfg.max_request_size)
+        ));
+    }
+    if cfg.metrics_port != 0 && cfg.metrics_port == cfg.port {
+        errors.push(format!(
+            "metrics_port: {} is the same as port; use another port or 0 to disable",
+            cfg.metrics_port
+        ));
+    }
+    if errors.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(format!("invalid configuration:\n  {}", errors.join("\n  ")))
+    }
+}
+
+fn size_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n = parse_size(text).ok_or_else(|| {
+        format!(
+            "{text:?} is not a size (use bytes or a suffix: KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+        )
+    })?;
+    if n < min || n > max {
+        return Err(format!(
+            "{} is out of range (allowed {} ..= {})",
+            show_size(n),
+            show_size(min),
+            show_size(max)
+        ));
+    }
+    Ok(n)
+}
+
+fn int_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number (allowed {min} ..= {max})"))?;
+    if n < min || n > max {
+        return Err(format!("{n} is out of range (allowed {min} ..= {max})"));
+    }
+    Ok(n)
+}
+
+fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
+    match key {
+        "bind" => {
+            cfg.bind = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("{v:?} is not an IP address (e.g. 127.0.0.1 or 0.0.0.0)"))?
+        }
+        "port" => cfg.port = int_in(v, 1, 65535)? as u16,
+        "metrics_port" => cfg.metrics_port = int_in(v, 0, 65535)? as u16,
+        "cpu_memory_pool_size" => cfg.cpu_memory_pool_size = size_in(v, MIN_POOL, MAX_POOL)?,
+        "max_value_size" => cfg.max_value_size = size_in(v, 1, 4 * GIB)?,
+        "max_request_size" => cfg.max_request_size = size_in(v, KIB, 16 * GIB)?,
+        "max_connections" => cfg.max_connections = int_in(v, 1, MAX_CONNECTIONS_LIMIT)? as u32,
+        "eviction_policy" => {
+            if v != "lru" {
+                return Err(format!("{v:?} is not a policy (allowed: lru)"));
+            }
+            cfg.eviction_policy = v.into();
+        }
+        "eviction_high_watermark" => {
+            let f: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("{v:?} is not a number (allowed 0.5 ..= 1.0)"))?;
+            if !(0.5..=1.0).contains(&f) {
+                return Err(format!("{f} is out of range (allowed 0.5 ..= 1.0)"));
+            }
+            cfg.eviction_high_watermark = f;
+        }
+        "requirepass" => {
+            if v.len() > 512 {
+                return Err("longer than 512 bytes".into());
+            }
+            cfg.requirepass = (!v.is_empty()).then(|| v.to_string());
+        }
+        "metadata_server" => {
+            if !matches!(v, "" | "standalone") {
+                return Err(format!(
+                    "{v:?}: only standalone mode (empty or \"standalone\") is available in this release; etcd membership is not built yet"
+                ));
+            }
+            cfg.metadata_server = String::new();
+        }
+        "protocol" => {
+            if v != "tcp" {
+                return Err(format!(
+                    "{v:?} is not available (allowed: tcp; rdma is not built into this release)"
+                ));
+            }
+            cfg.protocol = v.into();
+        }
+        "log_level" => {
+            tracing_subscriber::EnvFilter::try_new(v)
+                .map_err(|e| format!("{v:?} is not a log filter: {e}"))?;
+            cfg.log_level = v.into();
+        }
+        _ => {
+            let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(format!("unknown key (known keys: {})", known.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+impl Config {
+    /// The keys and values that `CONFIG GET` shows, as strings.
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("bind", self.bind.to_string()),
+            ("port", self.port.to_string()),
+            ("metrics_port", self.metrics_port.to_string()),
+            (
+                "cpu_memory_pool_size",
+                self.cpu_memory_pool_size.to_string(),
+            ),
+            ("maxmemory", self.cpu_memory_pool_size.to_string()),
+            ("max_value_size", self.max_value_size.to_string()),
+            ("proto-max-bulk-len", self.max_value_size.to_string()),
+            ("max_request_size", self.max_request_size.to_string()),
+            ("max_connections", self.max_connections.to_string()),
+            ("maxclients", self.max_connections.to_string()),
+            ("eviction_policy", self.eviction_policy.clone()),
+            ("maxmemory-policy", "allkeys-lru".into()),
+            (
+                "eviction_high_watermark",
+                self.eviction_high_watermark.to_string(),
+            ),
+            ("metadata_server", self.metadata_server.clone()),
+            ("protocol", self.protocol.clone()),
+            ("log_level", self.log_level.clone()),
+            // redis-benchmark asks for these at start; we persist nothing.
+            ("save", String::new()),
+            ("appendonly", "no".into()),
+            ("databases", "1".into()),
+        ]
+    }
+
+    /// The value limit actually enforced: a value must also fit the pool.
+    pub fn effective_max_value(&self) -> u64 {
+        self.max_value_size.min(self.cpu_memory_pool_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(pairs: &[(&str, &str)]) -> Result<Config, String> {
+        let raw: Vec<_> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), RawValue::Str(v.to_string())))
+            .collect();
+        validate(&raw)
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1048576"), Some(MIB));
+        assert_eq!(parse_size("512MiB"), Some(512 * MIB));
+        assert_eq!(parse_size("4 GB"), Some(4_000_000_000));
+        assert_eq!(parse_size("2g"), Some(2 * GIB));
+        for bad in [
+            "",
+            "-1",
+            "1.5GiB",
+            "12XB",
+            "99999999999999999999",
+            "18446744073709551615T",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn later_settings_win() {
+        let c = v(&[("port", "1000"), ("port", "2000")]).unwrap();
+        assert_eq!(c.port, 2000);
+    }
+
+    #[test]
+    fn every_bad_value_is_named_with_its_range() {
+        let err = v(&[
+            ("port", "70000"),
+            ("cpu_memory_pool_size", "1KiB"),
+            ("eviction_high_watermark", "2"),
+            ("protocol", "rdma"),
+            ("bogus", "1"),
+            ("bind", "localhost:1"),
+        ])
+        .unwrap_err();
+        for needle in [
+            "port: 70000 is out of range (allowed 1 ..= 65535)",
+            "cpu_memory_pool_size: 1KiB is out of range (allowed 4MiB ..= 64TiB)",
+            "eviction_high_watermark: 2 is out of range",
+            "protocol: \"rdma\" is not available",
+            "bogus: unknown key",
+            "bind: \"localhost:1\" is not an IP address",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+    }
+
+    #[test]
+    fn json_numbers_and_strings() {
+        let raw =
+            parse_file(r#"{"cpu_memory_pool_size": 268435456, "max_value_size": "1MiB"}"#).unwrap();
+        let c = validate(&raw).unwrap();
+        assert_eq!(c.cpu_memory_pool_size, 256 * MIB);
+        assert_eq!(c.max_value_size, MIB);
+        assert!(parse_file("[1]").is_err());
+        assert!(parse_file(r#"{"port": [1]}"#).is_err());
+    }
+
+    #[test]
+    fn cross_key_checks() {
+        assert!(v(&[("max_value_size", "2GiB"), ("max_request_size", "1GiB")]).is_err());
+        assert!(v(&[("metrics_port", "7379")]).is_err());
+        assert!(v(&[("metrics_port", "0")]).is_ok());
+    }
+}

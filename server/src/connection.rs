@@ -1,0 +1,289 @@
+//! One client connection: read bytes, frame requests, run commands, write
+//! replies.
+//!
+//! Pipelining: every complete request in a read is executed before any
+//! reply is written, and their replies go out together in one write (up to
+//! [`FLUSH_BYTES`]). Large values are written straight from store memory,
+//! pinned for the duration of the write; they are never copied into the
+//! reply buffer.
+//!
+//! A refused request (`-TOOLARGE`) is discarded as it streams in, without
+//! being buffered, and the connection stays usable. Malformed RESP gets
+//! Redis' `-ERR Protocol error` and closes this connection only.
+
+use std::io::IoSlice;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::{Buf, Bytes, BytesMut};
+use redis_protocol::resp2::types::BytesFrame;
+use strata_proto::request::{scan, split_inline};
+use strata_proto::{CommandError, Discard, DiscardStep, ErrorCode, Reply, RespVersion, Scan};
+use strata_tiering::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::cmd::{self, Out};
+use crate::node::{now_ms, Node};
+
+/// Replies accumulate up to this much before being written mid-batch, so a
+/// deep pipeline of GETs cannot grow the reply buffer without bound.
+const FLUSH_BYTES: usize = 256 * 1024;
+/// Values at least this large are written from store memory directly;
+/// smaller ones are cheaper to copy into the batched reply buffer.
+const DIRECT_WRITE_BYTES: usize = 32 * 1024;
+/// Initial read buffer; grows to the size of the largest request in flight.
+const READ_BUF_BYTES: usize = 16 * 1024;
+/// A read buffer grown for a huge request is given back once it is idle
+/// and larger than this.
+const READ_BUF_KEEP_BYTES: usize = 1024 * 1024;
+
+/// Per-connection state that commands may read or change.
+#[derive(Debug)]
+pub struct Session {
+    pub id: u64,
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+    pub resp: RespVersion,
+    pub authed: bool,
+    /// Set by QUIT: close after this batch's replies are written.
+    pub quit: bool,
+}
+
+struct Conn<'a> {
+    node: &'a Node,
+    sock: TcpStream,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    discard: Option<Discard>,
+    session: Session,
+}
+
+pub async fn serve(node: &Node, sock: TcpStream) -> std::io::Result<()> {
+    sock.set_nodelay(true)?;
+    let session = Session {
+        id: node.next_client_id(),
+        name: None,
+        lib_name: None,
+        lib_ver: None,
+        resp: RespVersion::Resp2,
+        authed: node.cfg.requirepass.is_none(),
+        quit: false,
+    };
+    let mut conn = Conn {
+        node,
+        sock,
+        rbuf: BytesMut::with_capacity(READ_BUF_BYTES),
+        wbuf: BytesMut::with_capacity(READ_BUF_BYTES),
+        discard: None,
+        session,
+    };
+    conn.run().await
+}
+
+enum Step {
+    /// Run this request.
+    Request(Vec<Bytes>),
+    /// Need more bytes (at least this many in the buffer).
+    Read(usize),
+    /// Write what we have and close.
+    Close,
+    /// Something was consumed without a request to run; look again.
+    Again,
+}
+
+impl Conn<'_> {
+    async fn run(&mut self) -> std::io::Result<()> {
+        loop {
+            let need = loop {
+                match self.next_step() {
+                    Step::Request(args) => {
+                        let out = cmd::execute(self.node, &mut self.session, &args, now_ms());
+                        drop(args);
+                        self.emit(out).await?;
+                        if self.session.quit {
+                            return self.flush().await;
+                        }
+                    }
+                    Step::Again => {}
+                    Step::Read(need) => break need,
+                    Step::Close => return self.flush().await,
+                }
+            };
+            self.flush().await?;
+            if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {
+                self.rbuf = BytesMut::with_capacity(READ_BUF_BYTES);
+            }
+            if need > self.rbuf.len() {
+                self.rbuf.reserve(need - self.rbuf.len());
+            }
+            let n = self.sock.read_buf(&mut self.rbuf).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.node
+                .metrics
+                .counters
+                .net_input_bytes_total
+                .fetch_add(n as u64, Relaxed);
+        }
+    }
+
+    /// Looks at the read buffer and says what to do next.
+    fn next_step(&mut self) -> Step {
+        if let Some(d) = &mut self.discard {
+            return match d.advance(&self.rbuf) {
+                Ok(DiscardStep::More { consumed }) => {
+                    self.rbuf.advance(consumed);
+                    Step::Read(1)
+                }
+                Ok(DiscardStep::Done { consumed }) => {
+                    self.rbuf.advance(consumed);
+                    self.discard = None;
+                    Step::Again
+                }
+                Err(e) => self.protocol_error(e.to_string()),
+            };
+        }
+        match scan(&self.rbuf, &self.node.limits) {
+            Scan::Incomplete { need } => Step::Read(need),
+            Scan::Empty { len } => {
+                self.rbuf.advance(len);
+                Step::Again
+            }
+            Scan::Frame { len } => {
+                let frame = self.rbuf.split_to(len).freeze();
+                match redis_protocol::resp2::decode::decode_bytes(&frame) {
+                    Ok(Some((BytesFrame::Array(items), used))) if used == len => {
+                        let mut args = Vec::with_capacity(items.len());
+                        for item in items {
+                            match item {
+                                BytesFrame::BulkString(b) => args.push(b),
+                                _ => return self.protocol_error("expected bulk strings".into()),
+                            }
+                        }
+                        Step::Request(args)
+                    }
+                    Ok(_) => self.protocol_error("unexpected frame".into()),
+                    Err(e) => self.protocol_error(e.to_string()),
+                }
+            }
+            Scan::Inline { len } => {
+                let line = self.rbuf.split_to(len);
+                match split_inline(&line) {
+                    Ok(args) if args.is_empty() => Step::Again,
+                    Ok(args) => Step::Request(args.into_iter().map(Bytes::from).collect()),
+                    Err(e) => self.protocol_error(e.to_string()),
+                }
+            }
+            Scan::TooLarge {
+                consumed,
+                discard,
+                len,
+            } => {
+                self.rbuf.advance(consumed);
+                self.discard = Some(discard);
+                self.node
+                    .metrics
+                    .counters
+                    .too_large_total
+                    .fetch_add(1, Relaxed);
+                let err = CommandError::new(
+                    ErrorCode::TooLarge,
+                    format!(
+                        "request of {len} bytes exceeds the limit (max_value_size {} bytes, max_request_size {} bytes)",
+                        self.node.limits.max_bulk_len, self.node.limits.max_request_len
+                    ),
+                );
+                Reply::Error(err).encode(self.session.resp, &mut self.wbuf);
+                Step::Again
+            }
+            Scan::Error(e) => self.protocol_error(e.to_string()),
+        }
+    }
+
+    fn protocol_error(&mut self, msg: String) -> Step {
+        self.node
+            .metrics
+            .counters
+            .protocol_errors_total
+            .fetch_add(1, Relaxed);
+        let msg = msg
+            .strip_prefix("Protocol error: ")
+            .unwrap_or(&msg)
+            .to_string();
+        Reply::Error(CommandError::err(format!("Protocol error: {msg}")))
+            .encode(self.session.resp, &mut self.wbuf);
+        self.rbuf.clear();
+        Step::Close
+    }
+
+    async fn emit(&mut self, out: Out) -> std::io::Result<()> {
+        match out {
+            Out::Reply(r) => r.encode(self.session.resp, &mut self.wbuf),
+            Out::Value(v) => self.value(v).await?,
+            Out::Values(vs) => {
+                self.wbuf
+                    .extend_from_slice(format!("*{}\r\n", vs.len()).as_bytes());
+                for v in vs {
+                    self.value(v).await?;
+                }
+            }
+        }
+        if self.wbuf.len() >= FLUSH_BYTES {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes one value as a bulk string (or nil).
+    async fn value(&mut self, v: Option<Value>) -> std::io::Result<()> {
+        let Some(v) = v else {
+            Reply::Nil.encode(self.session.resp, &mut self.wbuf);
+            return Ok(());
+        };
+        let bytes = v.as_slice();
+        strata_proto::reply::bulk_header(bytes.len(), &mut self.wbuf);
+        if bytes.len() < DIRECT_WRITE_BYTES {
+            self.wbuf.extend_from_slice(bytes);
+        } else {
+            // Pending replies, then the value from store memory, in one
+            // vectored write where the kernel allows.
+            let mut head = std::mem::take(&mut self.wbuf);
+            let mut body: &[u8] = bytes;
+            while !head.is_empty() || !body.is_empty() {
+                let bufs = [IoSlice::new(&head), IoSlice::new(body)];
+                let n = self.sock.write_vectored(&bufs).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                self.node
+                    .metrics
+                    .counters
+                    .net_output_bytes_total
+                    .fetch_add(n as u64, Relaxed);
+                let from_head = n.min(head.len());
+                head.advance(from_head);
+                body = &body[n - from_head..];
+            }
+            head.clear();
+            self.wbuf = head;
+        }
+        self.wbuf.extend_from_slice(b"\r\n");
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        self.sock.write_all(&self.wbuf).await?;
+        self.node
+            .metrics
+            .counters
+            .net_output_bytes_total
+            .fetch_add(self.wbuf.len() as u64, Relaxed);
+        self.wbuf.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! A strata store node: accepts RESP connections, runs commands against the
+//! tiered store, and exports metrics. This crate is glue: framing and
+//! encoding live in `strata-proto`, memory and eviction in
+//! `strata-tiering`.
+//!
+//! Layout: `listener` accepts and bounds connections, `connection` frames
+//! requests and writes replies, `cmd/` has one file per command, `node`
+//! holds what all connections share, `metrics` and `http` export figures.
+
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod http;
+pub mod listener;
+pub mod metrics;
+pub mod node;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+pub use node::Node;
+
+/// Runs a node until SIGINT or SIGTERM.
+pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
+    let node = Arc::new(Node::new(cfg).context("cannot start the node")?);
+    let resp = listener::bind(&node).await?;
+    let http = if node.cfg.metrics_port != 0 {
+        Some(http::bind(&node).await?)
+    } else {
+        None
+    };
+    tracing::info!(
+        resp = %resp.local_addr()?,
+        metrics = ?http.as_ref().map(|h| h.local_addr().ok()),
+        pool_bytes = node.cfg.cpu_memory_pool_size,
+        "strata-server ready"
+    );
+    node.spawn_expiry();
+    if let Some(http) = http {
+        tokio::spawn(http::serve(node.clone(), http));
+    }
+    tokio::select! {
+        r = listener::serve(node.clone(), resp) => r,
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,312 @@
+//! Every figure the node exports, declared in one place.
+//!
+//! The source of truth is plain atomics (and the store's own counters), so
+//! that `INFO` and `/metrics` read the very same numbers. At each scrape the
+//! Prometheus counters and gauges are set from them; only latency
+//! histograms are recorded directly. Names carry units; labels are few and
+//! bounded (the command name comes from the fixed command table, never
+//! from client input).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+use crate::cmd::COMMANDS;
+use crate::node::Node;
+
+/// Per-command figures, indexed like [`COMMANDS`].
+#[derive(Debug)]
+pub struct CommandStats {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    pub usec: AtomicU64,
+    latency: Histogram,
+    calls_out: Counter,
+    errors_out: Counter,
+}
+
+impl CommandStats {
+    pub fn record(&self, elapsed: Duration, error: bool) {
+        self.calls.fetch_add(1, Relaxed);
+        self.usec.fetch_add(elapsed.as_micros() as u64, Relaxed);
+        if error {
+            self.errors.fetch_add(1, Relaxed);
+        }
+        self.latency.record(elapsed.as_secs_f64());
+    }
+}
+
+/// Node-wide counters kept by the connection code.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub connections_total: AtomicU64,
+    pub rejected_connections_total: AtomicU64,
+    pub protocol_errors_total: AtomicU64,
+    pub too_large_total: AtomicU64,
+    pub net_input_bytes_total: AtomicU64,
+    pub net_output_bytes_total: AtomicU64,
+}
+
+/// Handles for figures copied from the atomics at scrape time.
+struct Exported {
+    connected_clients: Gauge,
+    connections_total: Counter,
+    rejected_connections_total: Counter,
+    protocol_errors_total: Counter,
+    too_large_total: Counter,
+    net_input_bytes_total: Counter,
+    net_output_bytes_total: Counter,
+    keys: Gauge,
+    expiring_keys: Gauge,
+    capacity_bytes: Gauge,
+    used_bytes: Gauge,
+    reserved_bytes: Gauge,
+    value_bytes: Gauge,
+    hits_total: Counter,
+    misses_total: Counter,
+    evictions_total: Counter,
+    evicted_bytes_total: Counter,
+    expired_keys_total: Counter,
+    uptime_seconds: Gauge,
+}
+
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    pub commands: Vec<CommandStats>,
+    pub counters: Counters,
+    exported: Exported,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Latency buckets from 10 µs to 10 s: inline commands sit at the low end,
+/// 512 MiB values at the high end.
+const LATENCY_BUCKETS: &[f64] = &[
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
+    1.0, 2.5, 10.0,
+];
+
+static META: Metadata<'static> = Metadata::new("strata", Level::INFO, Some(module_path!()));
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("strata_command_seconds".into()),
+                LATENCY_BUCKETS,
+            )
+            .map(PrometheusBuilder::build_recorder)
+            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        let handle = recorder.handle();
+        let r = &recorder;
+        let counter = |name: &'static str, unit: Unit, help: &'static str| {
+            r.describe_counter(name.into(), Some(unit), help.into());
+            r.register_counter(&Key::from_name(name), &META)
+        };
+        let gauge = |name: &'static str, unit: Unit, help: &'static str| {
+            r.describe_gauge(name.into(), Some(unit), help.into());
+            r.register_gauge(&Key::from_name(name), &META)
+        };
+        let dram = |name: &'static str, unit: Unit, help: &'static str| {
+            r.describe_gauge(name.into(), Some(unit), help.into());
+            r.register_gauge(
+                &Key::from_parts(name, vec![Label::new("tier", "dram")]),
+                &META,
+            )
+        };
+        let dram_counter = |name: &'static str, unit: Unit, help: &'static str| {
+            r.describe_counter(name.into(), Some(unit), help.into());
+            r.register_counter(
+                &Key::from_parts(name, vec![Label::new("tier", "dram")]),
+                &META,
+            )
+        };
+        r.describe_counter(
+            "strata_commands_total".into(),
+            Some(Unit::Count),
+            "Commands executed, by command.".into(),
+        );
+        r.describe_counter(
+            "strata_command_errors_total".into(),
+            Some(Unit::Count),
+            "Commands that replied with an error, by command.".into(),
+        );
+        r.describe_histogram(
+            "strata_command_seconds".into(),
+            Some(Unit::Seconds),
+            "Time to execute a command (excluding network), by command.".into(),
+        );
+        let commands = COMMANDS
+            .iter()
+            .map(|spec| {
+                let labels = || vec![Label::new("cmd", spec.name.to_ascii_lowercase())];
+                CommandStats {
+                    calls: AtomicU64::new(0),
+                    errors: AtomicU64::new(0),
+                    usec: AtomicU64::new(0),
+                    latency: r.register_histogram(
+                        &Key::from_parts("strata_command_seconds", labels()),
+                        &META,
+                    ),
+                    calls_out: r.register_counter(
+                        &Key::from_parts("strata_commands_total", labels()),
+                        &META,
+                    ),
+                    errors_out: r.register_counter(
+                        &Key::from_parts("strata_command_errors_total", labels()),
+                        &META,
+                    ),
+                }
+            })
+            .collect();
+        let exported = Exported {
+            connected_clients: gauge(
+                "strata_connected_clients",
+                Unit::Count,
+                "Client connections open now.",
+            ),
+            connections_total: counter(
+                "strata_connections_total",
+                Unit::Count,
+                "Client connections accepted.",
+            ),
+            rejected_connections_total: counter(
+                "strata_rejected_connections_total",
+                Unit::Count,
+                "Connections refused because max_connections was reached.",
+            ),
+            protocol_errors_total: counter(
+                "strata_protocol_errors_total",
+                Unit::Count,
+                "Connections closed for malformed RESP.",
+            ),
+            too_large_total: counter(
+                "strata_too_large_total",
+                Unit::Count,
+                "Requests refused for exceeding max_value_size or max_request_size.",
+            ),
+            net_input_bytes_total: counter(
+                "strata_net_input_bytes_total",
+                Unit::Bytes,
+                "Bytes read from client connections.",
+            ),
+            net_output_bytes_total: counter(
+                "strata_net_output_bytes_total",
+                Unit::Bytes,
+                "Bytes written to client connections.",
+            ),
+            keys: gauge("strata_keys", Unit::Count, "Keys stored."),
+            expiring_keys: gauge("strata_expiring_keys", Unit::Count, "Keys with a TTL."),
+            capacity_bytes: dram(
+                "strata_tier_capacity_bytes",
+                Unit::Bytes,
+                "Capacity of a tier.",
+            ),
+            used_bytes: dram(
+                "strata_tier_used_bytes",
+                Unit::Bytes,
+                "Bytes of a tier allocated to values (size-class rounded).",
+            ),
+            reserved_bytes: dram(
+                "strata_tier_reserved_bytes",
+                Unit::Bytes,
+                "Bytes of a tier not free, including partly used slabs.",
+            ),
+            value_bytes: dram(
+                "strata_tier_value_bytes",
+                Unit::Bytes,
+                "Sum of the lengths of values in a tier.",
+            ),
+            hits_total: dram_counter(
+                "strata_hits_total",
+                Unit::Count,
+                "Reads that found their key, by tier.",
+            ),
+            misses_total: counter(
+                "strata_misses_total",
+                Unit::Count,
+                "Reads that did not find their key.",
+            ),
+            evictions_total: dram_counter(
+                "strata_evictions_total",
+                Unit::Count,
+                "Values evicted to make room, by tier.",
+            ),
+            evicted_bytes_total: dram_counter(
+                "strata_evicted_bytes_total",
+                Unit::Bytes,
+                "Bytes of values evicted, by tier.",
+            ),
+            expired_keys_total: counter(
+                "strata_expired_keys_total",
+                Unit::Count,
+                "Keys removed because their TTL passed.",
+            ),
+            uptime_seconds: gauge(
+                "strata_uptime_seconds",
+                Unit::Seconds,
+                "Seconds since the node started.",
+            ),
+        };
+        Metrics {
+            recorder,
+            handle,
+            commands,
+            counters: Counters::default(),
+            exported,
+        }
+    }
+
+    /// The Prometheus text exposition, with every figure brought up to date.
+    pub fn render(&self, node: &Node) -> String {
+        let e = &self.exported;
+        let c = &self.counters;
+        let s = node.store.stats();
+        e.connected_clients.set(node.connected_clients() as f64);
+        e.connections_total
+            .absolute(c.connections_total.load(Relaxed));
+        e.rejected_connections_total
+            .absolute(c.rejected_connections_total.load(Relaxed));
+        e.protocol_errors_total
+            .absolute(c.protocol_errors_total.load(Relaxed));
+        e.too_large_total.absolute(c.too_large_total.load(Relaxed));
+        e.net_input_bytes_total
+            .absolute(c.net_input_bytes_total.load(Relaxed));
+        e.net_output_bytes_total
+            .absolute(c.net_output_bytes_total.load(Relaxed));
+        e.keys.set(s.keys as f64);
+        e.expiring_keys.set(s.expiring_keys as f64);
+        e.capacity_bytes.set(s.capacity_bytes as f64);
+        e.used_bytes.set(s.used_bytes as f64);
+        e.reserved_bytes.set(s.reserved_bytes as f64);
+        e.value_bytes.set(s.value_bytes as f64);
+        e.hits_total.absolute(s.hits);
+        e.misses_total.absolute(s.misses);
+        e.evictions_total.absolute(s.evictions);
+        e.evicted_bytes_total.absolute(s.evicted_bytes);
+        e.expired_keys_total.absolute(s.expired);
+        e.uptime_seconds.set(node.started.elapsed().as_secs_f64());
+        for cmd in &self.commands {
+            cmd.calls_out.absolute(cmd.calls.load(Relaxed));
+            cmd.errors_out.absolute(cmd.errors.load(Relaxed));
+        }
+        // Keep the recorder alive for as long as the handles are used.
+        let _ = &self.recorder;
+        self.handle.render()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
