@@ -38,8 +38,7 @@ pub enum Refusal {
 /// from being evicted or overwritten while it is being sent.
 pub trait ReadGuard: Send + Sync {
     /// Called on the data plane's task: must not block.
-    fn pin(&self, addr: u64, len: u64, epoch: Option<u64>)
-        -> Result<Box<dyn Any + Send>, Refusal>;
+    fn pin(&self, addr: u64, len: u64, epoch: Option<u64>) -> Result<Box<dyn Any + Send>, Refusal>;
 }
 
 /// Registered memory `[addr, addr + len)`, readable by peers under `rkey`.
@@ -103,7 +102,9 @@ impl Region {
     pub(crate) fn slice_ptr(&self, offset: u64, len: u64) -> Result<*mut u8, TransferError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok((self.addr + offset) as *mut u8),
-            _ => Err(TransferError::BadDescriptor("range outside the local region")),
+            _ => Err(TransferError::BadDescriptor(
+                "range outside the local region",
+            )),
         }
     }
 }

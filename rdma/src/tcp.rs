@@ -123,7 +123,10 @@ impl TcpTransport {
     }
 
     /// Binds the data-plane listener with explicit limits.
-    pub async fn bind_with(addr: SocketAddr, config: TcpConfig) -> Result<Arc<Self>, TransferError> {
+    pub async fn bind_with(
+        addr: SocketAddr,
+        config: TcpConfig,
+    ) -> Result<Arc<Self>, TransferError> {
         let socket = new_socket(addr)?;
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
@@ -184,7 +187,9 @@ impl TcpTransport {
         let socket = new_socket(addr)?;
         let stream = socket.connect(addr).await?;
         stream.set_nodelay(true)?;
-        self.stats.connections_opened.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed);
         Ok(stream)
     }
 
@@ -412,16 +417,17 @@ impl Server {
             self.refuse(stream, Status::TooLarge, request.id).await?;
             return Ok(true);
         }
-        let ticket = match self
-            .regions
-            .admit(request.addr, request.len, request.rkey, request.epoch)
-        {
-            Ok(t) => t,
-            Err(denied) => {
-                self.refuse(stream, denied.into(), request.id).await?;
-                return Ok(true);
-            }
-        };
+        let ticket =
+            match self
+                .regions
+                .admit(request.addr, request.len, request.rkey, request.epoch)
+            {
+                Ok(t) => t,
+                Err(denied) => {
+                    self.refuse(stream, denied.into(), request.id).await?;
+                    return Ok(true);
+                }
+            };
         // SAFETY: `admit` checked that [addr, addr + len) lies inside a live
         // registered region and counted this read as being served, so by the
         // registration contract the memory stays valid and unmodified until

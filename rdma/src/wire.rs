@@ -203,7 +203,10 @@ mod tests {
         assert_eq!(Response::decode(&b).ok(), Some(r));
         let mut bad = b;
         bad[5] = 99;
-        assert!(matches!(Response::decode(&bad), Err(TransferError::Protocol(_))));
+        assert!(matches!(
+            Response::decode(&bad),
+            Err(TransferError::Protocol(_))
+        ));
         let refused = Response {
             status: Status::Stale,
             id: 9,
