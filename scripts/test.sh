@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs every strata test on a fresh Debian machine with Rust.
+#
+# Installs what the tests need (Debian packages, a Python venv), checks
+# formatting and lints, builds, runs the Rust tests (which start and stop
+# their own server processes), then starts one strata-server and runs the
+# Redis conformance suite against it: redis-py (pytest), a scripted
+# redis-cli session and redis-benchmark. Everything it starts, it stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+step() { printf '\n== %s\n' "$*"; }
+
+# --- 1. What the tests need -------------------------------------------------
+step "installing test dependencies (when missing)"
+pkgs=()
+command -v redis-cli >/dev/null || pkgs+=(redis-tools)
+command -v redis-benchmark >/dev/null || pkgs+=(redis-tools)
+python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+command -v curl >/dev/null || pkgs+=(curl)
+if [ ${#pkgs[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+VENV=$ROOT/.venv
+if ! "$VENV/bin/python" -c 'import redis, pytest' 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check 'redis>=5,<7' 'pytest>=7,<9'
+fi
+
+# --- 2. Static checks ---------------------------------------------------------
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+# --- 3. Rust tests (unit + integration against the real binary) ---------------
+step "cargo build"
+cargo build --workspace --bins
+step "cargo test"
+cargo test --workspace
+
+# --- 4. Redis conformance suite against a live node ---------------------------
+step "redis conformance suite against strata-server"
+free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+MAX_VALUE=$((16 << 20))
+LOG=$(mktemp)
+"$CARGO_TARGET_DIR/debug/strata-server" --port "$PORT" --metrics-port 0 \
+  --cpu-memory-pool-size 512MiB --max-value-size "$MAX_VALUE" >"$LOG" 2>&1 &
+SERVER_PID=$!
+cleanup() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; rm -f "$LOG"; }
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break
+  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$LOG"; echo "strata-server exited"; exit 1; }
+  sleep 0.1
+done
+export STRATA_HOST=127.0.0.1 STRATA_PORT=$PORT STRATA_MAX_VALUE_SIZE=$MAX_VALUE
+"$VENV/bin/python" -m pytest tests/compat -q -rs
+bash tests/compat/redis_cli_session.sh
+PATH="$VENV/bin:$PATH" bash tests/compat/redis_benchmark.sh
+kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite"; exit 1; }
+
+step "all tests passed"
