@@ -37,6 +37,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         "strata-server ready"
     );
     node.spawn_expiry();
+    node.spawn_metrics_upkeep();
     if let Some(http) = http {
         tokio::spawn(http::serve(node.clone(), http));
     }

@@ -266,6 +266,13 @@ impl Metrics {
         }
     }
 
+    /// Folds recorded latency samples into their histograms. The exporter
+    /// keeps raw samples until then, so this must run periodically even
+    /// when nobody scrapes, or memory grows with every command.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
     /// The Prometheus text exposition, with every figure brought up to date.
     pub fn render(&self, node: &Node) -> String {
         let e = &self.exported;

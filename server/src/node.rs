@@ -12,6 +12,8 @@ use tokio::sync::Semaphore;
 use crate::config::Config;
 use crate::metrics::Metrics;
 
+/// Latency samples are folded into histograms this often.
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Active expiry runs this often...
 const EXPIRY_INTERVAL: Duration = Duration::from_millis(100);
 /// ...and removes at most this many keys per run, so that a mass expiry
@@ -77,6 +79,21 @@ impl Node {
                 tick.tick().await;
                 let Some(node) = node.upgrade() else { return };
                 node.store.expire_some(now_ms(), EXPIRY_BATCH_MAX);
+            }
+        });
+    }
+}
+
+impl Node {
+    /// Keeps the metrics recorder's memory bounded.
+    pub fn spawn_metrics_upkeep(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                let Some(node) = node.upgrade() else { return };
+                node.metrics.upkeep();
             }
         });
     }
