@@ -501,7 +501,8 @@ mod tests {
     fn parses_figures() {
         let info = "# Stats\r\nevicted_keys:7\r\nevicted_keys_x:9\r\n";
         assert_eq!(info_value(info, "evicted_keys"), Some(7));
-        let prom = "# TYPE strata_keys gauge\nstrata_keys 3\nstrata_tier_used_bytes{tier=\"dram\"} 4096\n";
+        let prom =
+            "# TYPE strata_keys gauge\nstrata_keys 3\nstrata_tier_used_bytes{tier=\"dram\"} 4096\n";
         assert_eq!(prometheus_value(prom, "strata_keys"), Some(3.0));
         assert_eq!(
             prometheus_value(prom, "strata_tier_used_bytes{tier=\"dram\"}"),
