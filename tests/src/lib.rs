@@ -6,6 +6,9 @@
 //! deadline; nothing sleeps for a fixed time and hopes. Every server a test
 //! starts is killed and reaped when its [`Server`] drops, panics included.
 //! Everything binds 127.0.0.1 only.
+//!
+//! The binary is not built by these tests; run
+//! `cargo build -p strata-server && cargo test -p strata-tests`.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -135,6 +135,28 @@ fn refused_value_is_discarded_and_the_connection_stays_usable() {
 }
 
 #[test]
+fn refused_bulk_mid_request_discards_the_rest_of_that_request() {
+    let mut server = Server::start(&["--max-value-size", "1MiB", "--max-request-size", "2MiB"]);
+    let bystander = Bystander::join(&server);
+    let value = vec![b'v'; 2 * MIB];
+    // Arguments after the refused bulk belong to the refused request.
+    let mut request = encode(&[b"SET", b"big", &value, b"EX", b"100"]);
+    // Each value fits, their sum does not (max_request_size).
+    let third = vec![b't'; 900 * 1024];
+    request.extend(encode(&[b"MSET", b"a", &third, b"b", &third, b"c", &third]));
+    request.extend(encode(&[b"EXISTS", b"big", b"a", b"b", b"c"]));
+    request.extend(encode(&[b"PING"]));
+    let reply = String::from_utf8_lossy(&server.send_raw(&request)).into_owned();
+    let lines: Vec<&str> = reply.split_terminator("\r\n").collect();
+    assert_eq!(lines.len(), 4, "{reply:?}");
+    assert!(lines[0].starts_with("-TOOLARGE "), "{reply:?}");
+    assert!(lines[1].starts_with("-TOOLARGE "), "{reply:?}");
+    assert_eq!(&lines[2..], [":0", "+PONG"]);
+    assert_eq!(server.info_field("too_large_requests"), 2);
+    bystander.assert_unaffected(&mut server);
+}
+
+#[test]
 fn unknown_command_and_wrong_arity() {
     let mut server = Server::start(&[]);
     let bystander = Bystander::join(&server);

@@ -208,3 +208,39 @@ fn a_thousand_pipelined_requests_in_one_write() {
     assert_eq!(reply.len(), expected.len());
     assert!(reply == expected, "replies differ from the expected order");
 }
+
+/// Values of 32 KiB and up are written straight from store memory, around
+/// the batched reply buffer; pipelined replies must still come in order.
+#[test]
+fn pipelined_large_and_small_values_keep_their_order() {
+    let server = Server::start(&[]);
+    let big = pattern(100 * 1024, 3);
+    let bulk = |v: &[u8]| {
+        let mut out = format!("${}\r\n", v.len()).into_bytes();
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+        out
+    };
+    let mut request = strata_tests::encode(&[b"SET", b"big", &big]);
+    request.extend(strata_tests::encode(&[b"SET", b"small", b"x"]));
+    let mut expected = b"+OK\r\n+OK\r\n".to_vec();
+    for _ in 0..50 {
+        request.extend(strata_tests::encode(&[b"GET", b"small"]));
+        request.extend(strata_tests::encode(&[b"GET", b"big"]));
+        request.extend(strata_tests::encode(&[
+            b"MGET", b"big", b"missing", b"small", b"big",
+        ]));
+        expected.extend(bulk(b"x"));
+        expected.extend(bulk(&big));
+        expected.extend(b"*4\r\n");
+        expected.extend(bulk(&big));
+        expected.extend(b"$-1\r\n");
+        expected.extend(bulk(b"x"));
+        expected.extend(bulk(&big));
+    }
+    request.extend(b"*1\r\n$4\r\nPING\r\n");
+    expected.extend(b"+PONG\r\n");
+    let reply = server.send_raw(&request);
+    assert_eq!(reply.len(), expected.len());
+    assert!(reply == expected, "replies differ from the expected order");
+}
