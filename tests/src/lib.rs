@@ -165,7 +165,16 @@ impl Server {
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
         let (p, m) = (port.to_string(), metrics_port.to_string());
         let child = server_command()
-            .args(["--bind", "127.0.0.1", "--port", &p, "--metrics-port", &m])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &p,
+                "--metrics-port",
+                &m,
+                "--data-port",
+                "0",
+            ])
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

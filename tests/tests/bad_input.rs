@@ -175,9 +175,11 @@ fn unknown_command_and_wrong_arity() {
         b"-ERR wrong number of arguments for 'set' command\r\n"
     );
     assert_eq!(
-        c.request(&[b"GET", b"a", b"b"]),
+        c.request(&[b"GET", b"a", b"b", b"c"]),
         b"-ERR wrong number of arguments for 'get' command\r\n"
     );
+    // With a third argument GET is the zero-copy form: a bad descriptor.
+    assert!(c.request(&[b"GET", b"a", b"b"]).starts_with(b"-BADDESC "));
     // Errors do not close the connection.
     assert_eq!(c.request(&[b"PING"]), b"+PONG\r\n");
     bystander.assert_unaffected(&mut server);
