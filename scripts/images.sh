@@ -99,10 +99,13 @@ build_node() {
         log "no $bench (built on branch client); node image without strata-bench"
     fi
     cp docker/entrypoint.sh "$ctx/entrypoint.sh"
-    docker build -q -f docker/Dockerfile.node \
+    # The legacy builder is fine here (FROM a local image, no registry); keep
+    # its output for failures only.
+    docker build -f docker/Dockerfile.node \
         --build-arg BASE_IMAGE="$BASE_IMAGE" \
         --label org.opencontainers.image.revision="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-        -t "$NODE_IMAGE" "$ctx" >/dev/null
+        -t "$NODE_IMAGE" "$ctx" >"$ctx.log" 2>&1 || { cat "$ctx.log" >&2; rm -f "$ctx.log"; log "docker build failed"; exit 1; }
+    rm -f "$ctx.log"
     rm -rf "$ctx"
     trap - EXIT
     log "$NODE_IMAGE built from $server"
