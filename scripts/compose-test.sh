@@ -28,8 +28,22 @@ fi
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-strata-compose-test}
 KEYS=${KEYS:-200}
 NODES=(node1 node2 node3)
-declare -A RESP_PORT=([node1]=17381 [node2]=17382 [node3]=17383)
-declare -A METRICS_PORT=([node1]=19381 [node2]=19382 [node3]=19383)
+# Host ports: the compose defaults (17381-3, 19381-3) when free, else the first
+# free set among +100, +200, ... (other tests on this host may hold them).
+port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+declare -A RESP_PORT METRICS_PORT
+for off in 0 100 200 300 400 500 600 700 800 900; do
+    ok=1
+    for n in 1 2 3; do
+        port_free $((17380 + off + n)) && port_free $((19380 + off + n)) || ok=0
+    done
+    [ "$ok" = 1 ] && break
+done
+[ "$ok" = 1 ] || { echo "compose-test: no free host ports near 17381/19381"; exit 2; }
+for n in 1 2 3; do
+    RESP_PORT[node$n]=$((17380 + off + n)); METRICS_PORT[node$n]=$((19380 + off + n))
+    export "STRATA_NODE${n}_PORT=${RESP_PORT[node$n]}" "STRATA_NODE${n}_METRICS_PORT=${METRICS_PORT[node$n]}"
+done
 declare -A POOL=([node1]=268435456 [node2]=402653184 [node3]=536870912)
 VICTIM=node2
 
@@ -43,8 +57,10 @@ compose() { timeout 180 $COMPOSE "$@"; }
 cli() { timeout 10 redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
 
 UP=0
+WORK=$(mktemp -d /tmp/strata-compose-test.XXXXXX)
 cleanup() {
     local rc=$?
+    rm -rf "$WORK"
     if [ "$UP" = 1 ]; then
         if [ "$FAILS" -gt 0 ] || [ "$rc" -ne 0 ]; then
             log "logs (last 20 lines per service):"
@@ -62,6 +78,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
+trap 'RESULTS+=("FAIL aborted: line $LINENO: $BASH_COMMAND"); FAILS=$((FAILS + 1))' ERR
 
 command -v redis-cli >/dev/null || { echo "compose-test: needs redis-cli on the host (apt-get install redis-tools)"; exit 2; }
 
@@ -76,7 +93,8 @@ fi
 t=$SECONDS
 UP=1
 timeout 120 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
-compose up -d >/dev/null 2>&1 || { fail "$COMPOSE up -d"; exit 1; }
+log "host ports: RESP ${RESP_PORT[node1]}-${RESP_PORT[node3]}, metrics ${METRICS_PORT[node1]}-${METRICS_PORT[node3]}"
+upout=$(compose up -d 2>&1) || { echo "$upout" | grep -v "^Creating\|^Starting" | tail -n 15; fail "$COMPOSE up -d"; exit 1; }
 declare -A CID
 for s in etcd "${NODES[@]}"; do CID[$s]=$(compose ps -q "$s"); done
 log "up -d returned after $((SECONDS - t))s"
@@ -116,7 +134,8 @@ fi
 
 # Each node got its own pool size, and /metrics is on the loopback port.
 for s in "${NODES[@]}"; do
-    cap=$(curl -fsS "http://127.0.0.1:${METRICS_PORT[$s]}/metrics" | awk '/^strata_tier_capacity_bytes/ {print $2; exit}')
+    metrics=$(curl -fsS -m 5 "http://127.0.0.1:${METRICS_PORT[$s]}/metrics" || true)
+    cap=$(awk '/^strata_tier_capacity_bytes/ {print $2; exit}' <<<"$metrics")
     if [ "${cap%.*}" = "${POOL[$s]}" ]; then
         pass "$s /metrics on 127.0.0.1:${METRICS_PORT[$s]}: dram capacity $cap"
     else
@@ -129,9 +148,12 @@ value() { printf 'v:%s:%04d:%s' "$1" "$2" "$(printf '%0128d' "$2")"; }
 resp_set() { # RESP for SET key value, for redis-cli --pipe
     printf '*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n' "${#1}" "$1" "${#2}" "$2"
 }
+same_lines() { # how many lines of stdin equal the same line of file $1
+    paste -d '\t' "$1" - | awk -F '\t' '$1 == $2 && $1 != "" { n++ } END { print n + 0 }'
+}
 declare -A ACKED
 for s in "${NODES[@]}"; do
-    expected=$(mktemp)
+    expected=$WORK/$s.expected
     input=$(mktemp)
     for i in $(seq 1 "$KEYS"); do
         resp_set "ct:$s:$i" "$(value "$s" "$i")" >>"$input"
@@ -152,16 +174,17 @@ for s in "${NODES[@]}"; do
     if [ "${ACKED[$s]}" = "$KEYS" ] && cmp -s "$expected" "$got"; then
         pass "$s: $KEYS SET acked ($(( (t1 - t0) / 1000000 )) ms pipelined), all $KEYS read back equal ($(( (t2 - t1) / 1000000 )) ms MGET)"
     else
-        fail "$s: acked ${ACKED[$s]}/$KEYS; read back $(grep -cxFf "$expected" "$got" || true)/$KEYS equal"
+        fail "$s: acked ${ACKED[$s]}/$KEYS; read back $(same_lines "$expected" <"$got")/$KEYS equal"
     fi
-    rm -f "$expected" "$input" "$got"
+    rm -f "$input" "$got"
 done
 
 # Throughput through the published port (small, bounded).
 for s in "${NODES[@]}"; do
     rps=$(timeout 60 redis-benchmark -h 127.0.0.1 -p "${RESP_PORT[$s]}" -t set,get -n 20000 -c 16 -P 8 -d 128 -r 10000 -q 2>/dev/null |
-        tr '\r' '\n' | grep -E '^(SET|GET):' | sed 's/ requests per second.*//; s/: */=/' | tr '\n' ' ' || true)
-    RESULTS+=("INFO $s redis-benchmark (-n 20000 -c 16 -P 8 -d 128) req/s: ${rps:-n/a}")
+        tr '\r' '\n' | grep -E '^(SET|GET): [0-9.]+ requests per second' |
+        sed -E 's/^(SET|GET): ([0-9.]+) requests per second(, p50=([0-9.]+) msec)?.*/\1 \2 (p50 \4 ms)/' | paste -sd ';' - || true)
+    RESULTS+=("INFO $s redis-benchmark -n 20000 -c 16 -P 8 -d 128, req/s: ${rps:-n/a}")
 done
 
 # 5. kill one node -------------------------------------------------------------
@@ -176,13 +199,13 @@ fi
 sleep 1
 for s in "${NODES[@]}"; do
     [ "$s" = "$VICTIM" ] && continue
-    ok=0
-    for i in $(seq 1 "$KEYS"); do
-        [ "$(cli "${RESP_PORT[$s]}" GET "ct:$s:$i")" = "$(value "$s" "$i")" ] && ok=$((ok + 1))
-    done
+    keys=()
+    for i in $(seq 1 "$KEYS"); do keys+=("ct:$s:$i"); done
+    got=$(cli "${RESP_PORT[$s]}" MGET "${keys[@]}" 2>&1 || true)
+    ok=$(same_lines "$WORK/$s.expected" <<<"$got")
     health=$(curl -fsS -m 5 "http://127.0.0.1:${METRICS_PORT[$s]}/health" 2>&1 || echo "health failed")
     if [ "$ok" = "${ACKED[$s]}" ] && [ "$(cli "${RESP_PORT[$s]}" ping)" = PONG ] && grep -q '"ok"' <<<"$health"; then
-        pass "after kill, $s serves: $ok/${ACKED[$s]} acked keys readable (single GETs), /health ok"
+        pass "after kill, $s serves: $ok/${ACKED[$s]} acked keys read back equal, /health ok"
     else
         fail "after kill, $s: $ok/${ACKED[$s]} acked keys readable; health: $health"
     fi
