@@ -72,7 +72,7 @@ cleanup() {
     echo
     echo "== compose-test summary ($COMPOSE, ${KEYS} keys/node) =="
     printf '  %s\n' "${RESULTS[@]}"
-    echo "  total ${SECONDS}s; $FAILS failure(s)"
+    echo "  total ${SECONDS}s; $FAILS failure(s); exit status $(( rc == 0 && FAILS > 0 ? 1 : rc ))"
     if [ "$rc" -eq 0 ] && [ "$FAILS" -gt 0 ]; then rc=1; fi
     exit "$rc"
 }

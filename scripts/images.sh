@@ -13,7 +13,8 @@
 # Usage: scripts/images.sh [--rebuild] [--no-cargo]
 #   --rebuild   remake strata-base even if the image exists
 #   --no-cargo  do not run cargo; use the binary already in the target dir
-# Env: STRATA_BASE_IMAGE, STRATA_NODE_IMAGE, DEBIAN_MIRROR.
+# Env: STRATA_BASE_IMAGE, STRATA_NODE_IMAGE, DEBIAN_MIRROR,
+#      STRATA_BENCH_BIN (default ${CARGO_TARGET_DIR:-target}/release/strata-bench).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -84,7 +85,7 @@ build_node() {
         cargo build --release -p strata-server
     fi
     local server="$TARGET_DIR/release/strata-server"
-    local bench="$TARGET_DIR/release/strata-bench"
+    local bench=${STRATA_BENCH_BIN:-$TARGET_DIR/release/strata-bench}
     [ -x "$server" ] || { log "no $server; build it first"; exit 1; }
 
     local ctx
@@ -99,6 +100,8 @@ build_node() {
         log "no $bench (built on branch client); node image without strata-bench"
     fi
     cp docker/entrypoint.sh "$ctx/entrypoint.sh"
+    local old
+    old=$(docker image inspect -f '{{.Id}}' "$NODE_IMAGE" 2>/dev/null || true)
     # The legacy builder is fine here (FROM a local image, no registry); keep
     # its output for failures only.
     docker build -f docker/Dockerfile.node \
@@ -106,6 +109,10 @@ build_node() {
         --label org.opencontainers.image.revision="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
         -t "$NODE_IMAGE" "$ctx" >"$ctx.log" 2>&1 || { cat "$ctx.log" >&2; rm -f "$ctx.log"; log "docker build failed"; exit 1; }
     rm -f "$ctx.log"
+    # Drop the image this one replaced, unless a container still uses it.
+    if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$NODE_IMAGE")" ]; then
+        docker rmi "$old" >/dev/null 2>&1 || true
+    fi
     rm -rf "$ctx"
     trap - EXIT
     log "$NODE_IMAGE built from $server"
