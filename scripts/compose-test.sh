@@ -104,11 +104,14 @@ deadline=$((SECONDS + 60))
 while :; do
     unhealthy=()
     for s in etcd "${NODES[@]}"; do
-        h=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "${CID[$s]}" 2>/dev/null || echo gone)
+        h=$(docker inspect -f '{{if ne .State.Status "running"}}{{.State.Status}}(exit {{.State.ExitCode}}){{else if .State.Health}}{{.State.Health.Status}}{{else}}running{{end}}' "${CID[$s]}" 2>/dev/null || echo gone)
         [ "$h" = healthy ] || unhealthy+=("$s=$h")
     done
     [ ${#unhealthy[@]} -eq 0 ] && break
-    if [ $SECONDS -ge $deadline ]; then fail "health within 60s: ${unhealthy[*]}"; exit 1; fi
+    if [ $SECONDS -ge $deadline ] || grep -q 'exit\|gone' <<<"${unhealthy[*]}"; then
+        fail "all healthy within 60s: ${unhealthy[*]}"
+        exit 1
+    fi
     sleep 1
 done
 pass "etcd + 3 nodes healthy $((SECONDS - t))s after up"
