@@ -25,6 +25,7 @@ done
 if [ -z "${COMPOSE:-}" ]; then
     if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE="docker-compose"; fi
 fi
+read -ra COMPOSE_CMD <<<"$COMPOSE" # "docker compose" is two words
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-strata-compose-test}
 KEYS=${KEYS:-200}
 NODES=(node1 node2 node3)
@@ -53,7 +54,7 @@ RESULTS=()
 log() { printf '[compose-test %3ds] %s\n' "$((SECONDS - T_START))" "$*"; }
 pass() { RESULTS+=("PASS $*"); log "PASS $*"; }
 fail() { RESULTS+=("FAIL $*"); log "FAIL $*"; FAILS=$((FAILS + 1)); }
-compose() { timeout 180 $COMPOSE "$@"; }
+compose() { timeout 180 "${COMPOSE_CMD[@]}" "$@"; }
 cli() { timeout 10 redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
 
 UP=0
@@ -64,10 +65,10 @@ cleanup() {
     if [ "$UP" = 1 ]; then
         if [ "$FAILS" -gt 0 ] || [ "$rc" -ne 0 ]; then
             log "logs (last 20 lines per service):"
-            timeout 30 $COMPOSE logs --no-color --tail=20 2>&1 | sed 's/^/    /' || true
+            timeout 30 "${COMPOSE_CMD[@]}" logs --no-color --tail=20 2>&1 | sed 's/^/    /' || true
         fi
         log "$COMPOSE down -v"
-        timeout 120 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || log "down -v failed"
+        timeout 120 "${COMPOSE_CMD[@]}" down -v --remove-orphans >/dev/null 2>&1 || log "down -v failed"
     fi
     echo
     echo "== compose-test summary ($COMPOSE, ${KEYS} keys/node) =="
@@ -92,7 +93,7 @@ fi
 # 2. up -------------------------------------------------------------------------
 t=$SECONDS
 UP=1
-timeout 120 $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
+timeout 120 "${COMPOSE_CMD[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
 log "host ports: RESP ${RESP_PORT[node1]}-${RESP_PORT[node3]}, metrics ${METRICS_PORT[node1]}-${METRICS_PORT[node3]}"
 upout=$(compose up -d 2>&1) || { echo "$upout" | grep -v "^Creating\|^Starting" | tail -n 15; fail "$COMPOSE up -d"; exit 1; }
 declare -A CID
@@ -149,6 +150,7 @@ done
 # 4. workload ------------------------------------------------------------------
 value() { printf 'v:%s:%04d:%s' "$1" "$2" "$(printf '%0128d' "$2")"; }
 resp_set() { # RESP for SET key value, for redis-cli --pipe
+    # shellcheck disable=SC2016 # RESP's $ is literal
     printf '*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n' "${#1}" "$1" "${#2}" "$2"
 }
 same_lines() { # how many lines of stdin equal the same line of file $1
