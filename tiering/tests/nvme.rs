@@ -160,7 +160,11 @@ async fn close_and_reopen_recovers_every_value() {
     for i in (0..n).filter(|i| ![7, 8].contains(i)) {
         assert_value(&tier, i, len_of(i)).await;
     }
-    assert_eq!(tier.get(&key(7)).await.unwrap(), None, "removed stays removed");
+    assert_eq!(
+        tier.get(&key(7)).await.unwrap(),
+        None,
+        "removed stays removed"
+    );
     assert_value(&tier, 8, 12345).await;
     assert!(tier.stats().used_bytes > 0, "recovered blocks are counted");
     tier.close().await.unwrap();
@@ -242,7 +246,12 @@ async fn sigkill_keeps_every_acknowledged_value() {
     tier.close().await.unwrap();
 }
 
-async fn faulty_tier(dir: &Path) -> (NvmeTier<Faulty<FoyerBackend>>, Arc<strata_tiering::nvme::faulty::Faults>) {
+async fn faulty_tier(
+    dir: &Path,
+) -> (
+    NvmeTier<Faulty<FoyerBackend>>,
+    Arc<strata_tiering::nvme::faulty::Faults>,
+) {
     let inner = FoyerBackend::open(&config(dir, 16 * MIB, MIB))
         .await
         .unwrap();
@@ -259,12 +268,18 @@ async fn failed_write_is_not_present_and_tier_recovers() {
     faults.fail_writes.store(true, Relaxed);
     let v = value(2, 2000);
     let err = tier.insert(key(2), v.clone(), crc32c::crc32c(&v)).await;
-    assert!(matches!(err, Err(NvmeError::Io { op: "write", .. })), "{err:?}");
+    assert!(
+        matches!(err, Err(NvmeError::Io { op: "write", .. })),
+        "{err:?}"
+    );
     assert!(!tier.contains(&key(2)));
     assert_eq!(tier.get(&key(2)).await.unwrap(), None);
     // A failed overwrite leaves the key absent, not stale.
     let v = value(3, 3000);
-    assert!(tier.insert(key(1), v.clone(), crc32c::crc32c(&v)).await.is_err());
+    assert!(tier
+        .insert(key(1), v.clone(), crc32c::crc32c(&v))
+        .await
+        .is_err());
     assert_eq!(tier.get(&key(1)).await.unwrap(), None);
     assert_eq!(tier.stats().errors, 2);
 

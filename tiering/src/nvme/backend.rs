@@ -26,8 +26,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use foyer::{
     BlockEngineConfig, Cache, CacheBuilder, Code, DeviceBuilder, EvictionInfo, EvictionPicker,
-    FifoPicker, FsDeviceBuilder, InvalidRatioPicker, IoEngineConfig, Load, PsyncIoEngineConfig, RecoverMode,
-    Store, StoreBuilder,
+    FifoPicker, FsDeviceBuilder, InvalidRatioPicker, IoEngineConfig, Load, PsyncIoEngineConfig,
+    RecoverMode, Store, StoreBuilder,
 };
 use foyer_common::metrics::Metrics;
 use tokio::sync::Semaphore;

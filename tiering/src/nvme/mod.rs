@@ -272,7 +272,10 @@ impl<B: Backend> NvmeTier<B> {
             Err(e) => return Err(self.failed(e)),
         };
         if crc32c::crc32c(&entry.bytes) != entry.checksum {
-            tracing::warn!(key_len = key.len(), "nvme: checksum mismatch, entry removed");
+            tracing::warn!(
+                key_len = key.len(),
+                "nvme: checksum mismatch, entry removed"
+            );
             self.backend.delete(key);
             self.backend.flush().await;
             self.dec_entries();
