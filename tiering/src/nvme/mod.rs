@@ -31,6 +31,10 @@
 //!   after its data and checks both on recovery).
 //! - Overwriting a key first drops the old value: if the new write fails the
 //!   key is absent, never the old value.
+//! - Reopen a directory with the same `capacity_bytes` and `max_value_bytes`:
+//!   they fix the block layout, and foyer 0.22 stores no superblock to check
+//!   them against. A changed layout recovers garbage-free but loses entries
+//!   (foyer's blob and entry checksums reject what no longer parses).
 //!
 //! This module is a standalone store: it never sees RESP, never imports a
 //! transport, and knows nothing of the DRAM tier above it.
