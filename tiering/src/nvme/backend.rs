@@ -1,0 +1,408 @@
+//! The storage boundary under [`NvmeTier`](super::NvmeTier), and its real
+//! implementation on foyer 0.22's block engine.
+//!
+//! [`Backend`] is the seam where faults are injected (see `faulty.rs`): foyer
+//! 0.22 seals its own `Device` and `IoEngine` traits (their signatures name
+//! types from private modules), so a faulty device cannot be plugged under it.
+//!
+//! [`FoyerBackend`] drives `foyer::Store` (the disk half of foyer's hybrid
+//! cache) directly, with no in-memory cache in front: the `Cache` it is built
+//! with only mints the `Piece`s that `Store::enqueue` takes, and each is
+//! removed from it at once.
+//!
+//! foyer is a cache, not a store: its flusher silently drops an entry when its
+//! write buffer or submit queue is full, and drops a whole batch when a write
+//! fails. [`FoyerBackend::put`] therefore never trusts an enqueue: it bounds
+//! the bytes in flight so the buffer cannot overflow, waits for the flush, and
+//! then checks foyer's index. An entry missing there is reported as an error.
+//!
+//! This module never sees checksums of values, RESP or transports.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use foyer::{
+    BlockEngineConfig, Cache, CacheBuilder, Code, DeviceBuilder, EvictionInfo, EvictionPicker,
+    FifoPicker, FsDeviceBuilder, InvalidRatioPicker, IoEngineConfig, Load, PsyncIoEngineConfig,
+    RecoverMode, Store, StoreBuilder,
+};
+use foyer_common::metrics::Metrics;
+use tokio::sync::Semaphore;
+
+use super::{NvmeConfig, NvmeEngine, NvmeError};
+
+/// foyer's I/O alignment; every entry on disk is padded to it.
+pub const PAGE_BYTES: u64 = 4096;
+/// Largest key accepted. Bounds the block-size overhead per entry.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest `max_value_bytes` accepted: one value must fit in one block, and
+/// two blocks are held in DRAM as the flusher's write buffers.
+pub const MAX_VALUE_BYTES_LIMIT: u64 = 256 << 20;
+/// Fewest data blocks a device may have. foyer keeps one block being written
+/// and reclaims when fewer than one is clean; below this, eviction thrashes.
+pub const MIN_BLOCKS: u64 = 4;
+/// foyer's per-blob index (its default), written in front of each blob.
+const BLOB_INDEX_BYTES: u64 = 4096;
+/// foyer's `EntryHeader` (36 bytes) plus the length prefixes of key and
+/// value (8 each) plus our checksum (4), rounded up generously.
+const ENTRY_OVERHEAD_BYTES: u64 = 128;
+/// Write buffer size in blocks. In-flight puts are bounded by this many
+/// bytes so that foyer's buffer can never overflow (and drop an entry).
+const WRITE_BUFFER_BLOCKS: u64 = 2;
+/// io_uring: one submission thread (the node's cores serve the network) and
+/// a queue deep enough for a block's worth of page writes.
+const URING_THREADS: usize = 1;
+const URING_IO_DEPTH: usize = 64;
+
+/// A value as stored: the bytes and the CRC32C the writer vouched for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub checksum: u32,
+    pub bytes: Bytes,
+}
+
+impl Code for Entry {
+    fn encode(&self, writer: &mut impl std::io::Write) -> foyer::Result<()> {
+        writer
+            .write_all(&self.checksum.to_le_bytes())
+            .map_err(foyer::Error::io_error)?;
+        self.bytes.encode(writer)
+    }
+
+    fn decode(reader: &mut impl std::io::Read) -> foyer::Result<Self> {
+        let mut checksum = [0u8; 4];
+        reader
+            .read_exact(&mut checksum)
+            .map_err(foyer::Error::io_error)?;
+        Ok(Entry {
+            checksum: u32::from_le_bytes(checksum),
+            bytes: Bytes::decode(reader)?,
+        })
+    }
+
+    fn estimated_size(&self) -> usize {
+        4 + self.bytes.estimated_size()
+    }
+}
+
+/// Space figures a backend can give. Block-granular: foyer exposes neither
+/// its entry count nor the fill of the block being written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes of data blocks (exact: blocks × block size).
+    pub capacity_bytes: u64,
+    /// Size of one block = the eviction unit.
+    pub block_bytes: u64,
+    /// Blocks that hold data and are sealed (full, or recovered at open).
+    pub sealed_blocks: u64,
+    /// Blocks evicted since open; each dropped every entry it held.
+    pub evicted_blocks: u64,
+}
+
+/// What [`NvmeTier`](super::NvmeTier) needs from storage. Implementations
+/// store bytes; they never check value checksums.
+pub trait Backend: Send + Sync + 'static {
+    /// Writes `entry` under `key` and returns once it is on the device (or
+    /// returns the reason it is not). Replaces an existing entry.
+    fn put(&self, key: Bytes, entry: Entry) -> impl Future<Output = Result<(), NvmeError>> + Send;
+    /// Reads the entry of `key`; `Ok(None)` when absent.
+    fn load(&self, key: &Bytes) -> impl Future<Output = Result<Option<Entry>, NvmeError>> + Send;
+    /// Drops `key` from the index at once; the tombstone reaches the device
+    /// with the next [`Backend::flush`] or `put`.
+    fn delete(&self, key: &Bytes);
+    /// Whether `key` is indexed (true on a 64-bit hash collision too).
+    fn contains(&self, key: &Bytes) -> bool;
+    /// Waits until every write and tombstone submitted so far is on the device.
+    fn flush(&self) -> impl Future<Output = ()> + Send;
+    /// Flushes and stops accepting writes.
+    fn close(&self) -> impl Future<Output = Result<(), NvmeError>> + Send;
+    fn usage(&self) -> Usage;
+}
+
+/// Block geometry for a configuration: one block holds the largest value.
+pub fn block_bytes(max_value_bytes: u64) -> u64 {
+    let entry = max_value_bytes + MAX_KEY_BYTES as u64 + ENTRY_OVERHEAD_BYTES;
+    entry.div_ceil(PAGE_BYTES) * PAGE_BYTES + BLOB_INDEX_BYTES
+}
+
+/// Bytes an entry occupies in foyer's write buffer (page-aligned).
+fn buffered_bytes(key: &Bytes, entry: &Entry) -> u64 {
+    let len = (key.len() + entry.bytes.len()) as u64 + ENTRY_OVERHEAD_BYTES;
+    len.div_ceil(PAGE_BYTES) * PAGE_BYTES
+}
+
+type FoyerStore = Store<Bytes, Entry, foyer::DefaultHasher, foyer::CacheProperties>;
+
+/// foyer 0.22 block engine on a directory of block files (`FsDevice`).
+pub struct FoyerBackend {
+    store: FoyerStore,
+    /// Mints `Piece`s for `Store::enqueue`; holds nothing between calls.
+    pieces: Cache<Bytes, Entry>,
+    /// Bytes that may sit in foyer's write buffer at once.
+    in_flight: Semaphore,
+    block_bytes: u64,
+    counts: Arc<BlockCounts>,
+}
+
+impl FoyerBackend {
+    pub async fn open(config: &NvmeConfig) -> Result<Self, NvmeError> {
+        let block = block_bytes(config.max_value_bytes);
+        check_space(&config.path, config.capacity_bytes)?;
+
+        let device = FsDeviceBuilder::new(&config.path)
+            .with_capacity(config.capacity_bytes as usize)
+            .with_direct(config.direct_io)
+            .build()
+            .map_err(io("open device"))?;
+        let counts = Arc::new(BlockCounts::default());
+        let buffer = block * WRITE_BUFFER_BLOCKS;
+        let engine = BlockEngineConfig::new(device)
+            .with_block_size(block as usize)
+            .with_flushers(1)
+            .with_reclaimers(1)
+            .with_buffer_pool_size(buffer as usize)
+            .with_submit_queue_size_threshold(2 * buffer as usize)
+            // Without it a removed key comes back after a restart.
+            .with_tombstone_log(true)
+            .with_eviction_pickers(vec![
+                Box::new(CountingPicker(counts.clone())),
+                Box::new(InvalidRatioPicker::new(0.8)),
+                Box::<FifoPicker>::default(),
+            ]);
+
+        let pieces: Cache<Bytes, Entry> = CacheBuilder::new(64).with_shards(8).build();
+        let builder = StoreBuilder::new("strata-nvme", pieces.clone(), Arc::new(Metrics::noop()))
+            .with_engine_config(engine)
+            .with_recover_mode(if config.recover {
+                // Quiet: a torn blob (killed mid-write) is skipped, not fatal.
+                RecoverMode::Quiet
+            } else {
+                RecoverMode::None
+            });
+        let builder = match config.engine {
+            NvmeEngine::Psync => builder.with_io_engine_config(PsyncIoEngineConfig::new()),
+            NvmeEngine::IoUring => builder.with_io_engine_config(
+                foyer::UringIoEngineConfig::new()
+                    .with_threads(URING_THREADS)
+                    .with_io_depth(URING_IO_DEPTH)
+                    .boxed() as Box<dyn IoEngineConfig>,
+            ),
+        };
+        let store = builder.build().await.map_err(io("open store"))?;
+
+        let blocks = counts.blocks.load(Relaxed);
+        if blocks < MIN_BLOCKS {
+            store.close().await.map_err(io("close"))?;
+            return Err(NvmeError::InvalidConfig(format!(
+                "capacity_bytes {} holds {blocks} blocks of {block} bytes (max_value_bytes {}); at least {MIN_BLOCKS} are needed",
+                config.capacity_bytes, config.max_value_bytes
+            )));
+        }
+        preallocate(&config.path)?;
+        Ok(FoyerBackend {
+            store,
+            pieces,
+            in_flight: Semaphore::new(buffer as usize),
+            block_bytes: block,
+            counts,
+        })
+    }
+}
+
+impl Backend for FoyerBackend {
+    async fn put(&self, key: Bytes, entry: Entry) -> Result<(), NvmeError> {
+        let need = buffered_bytes(&key, &entry) as u32;
+        let _permit = self
+            .in_flight
+            .acquire_many(need)
+            .await
+            .map_err(|_| NvmeError::Closed)?;
+        let piece = self.pieces.insert(key.clone(), entry).piece();
+        self.pieces.remove(&key);
+        self.store.enqueue(piece, true);
+        self.store.wait().await;
+        if self.store.may_contains(&key) {
+            Ok(())
+        } else {
+            // Dropped by foyer: a failed device write, a closed store, or the
+            // block evicted before we looked. Either way it is not there.
+            Err(NvmeError::Io {
+                op: "write",
+                reason: "entry not indexed after flush (device write failed or evicted at once)"
+                    .into(),
+            })
+        }
+    }
+
+    async fn load(&self, key: &Bytes) -> Result<Option<Entry>, NvmeError> {
+        match self.store.load(key).await.map_err(io("read"))? {
+            Load::Entry { value, .. } => Ok(Some(value)),
+            Load::Piece { piece, .. } => Ok(Some(piece.value().clone())),
+            // Throttled needs a read throttle, which is never configured.
+            Load::Miss | Load::Throttled => Ok(None),
+        }
+    }
+
+    fn delete(&self, key: &Bytes) {
+        self.store.delete(key);
+    }
+
+    fn contains(&self, key: &Bytes) -> bool {
+        self.store.may_contains(key)
+    }
+
+    async fn flush(&self) {
+        self.store.wait().await;
+    }
+
+    async fn close(&self) -> Result<(), NvmeError> {
+        self.in_flight.close();
+        self.store.close().await.map_err(io("close"))
+    }
+
+    fn usage(&self) -> Usage {
+        Usage {
+            capacity_bytes: self.counts.blocks.load(Relaxed) * self.block_bytes,
+            block_bytes: self.block_bytes,
+            sealed_blocks: self.counts.sealed.load(Relaxed),
+            evicted_blocks: self.counts.evicted.load(Relaxed),
+        }
+    }
+}
+
+fn io(op: &'static str) -> impl Fn(foyer::Error) -> NvmeError {
+    move |e| NvmeError::Io {
+        op,
+        reason: e.to_string(),
+    }
+}
+
+#[derive(Debug, Default)]
+struct BlockCounts {
+    blocks: AtomicU64,
+    sealed: AtomicU64,
+    evicted: AtomicU64,
+}
+
+/// Never picks; only observes block life cycles for [`Usage`].
+#[derive(Debug)]
+struct CountingPicker(Arc<BlockCounts>);
+
+impl EvictionPicker for CountingPicker {
+    fn init(&mut self, blocks: &[u32], _block_size: usize) {
+        self.0.blocks.store(blocks.len() as u64, Relaxed);
+    }
+
+    fn pick(&mut self, _: EvictionInfo<'_>) -> Option<u32> {
+        None
+    }
+
+    fn on_block_evictable(&mut self, info: EvictionInfo<'_>, _: u32) {
+        self.0.sealed.store(info.evictable.len() as u64, Relaxed);
+    }
+
+    fn on_block_evict(&mut self, info: EvictionInfo<'_>, _: u32) {
+        // `info.evictable` still lists the victim here.
+        self.0
+            .sealed
+            .store(info.evictable.len().saturating_sub(1) as u64, Relaxed);
+        self.0.evicted.fetch_add(1, Relaxed);
+    }
+}
+
+/// Files foyer's `FsDevice` creates, one per block (plus the tombstone log).
+const FOYER_FILE_PREFIX: &str = "foyer-storage-direct-fs-";
+
+/// Refuses a capacity the filesystem cannot hold, before foyer creates
+/// (sparse) block files for it.
+fn check_space(dir: &Path, capacity_bytes: u64) -> Result<(), NvmeError> {
+    std::fs::create_dir_all(dir).map_err(os("create dir"))?;
+    let free = free_bytes(dir)?;
+    let held = foyer_files(dir)?
+        .iter()
+        .map(|(_, allocated)| allocated)
+        .sum::<u64>();
+    if capacity_bytes > free + held {
+        return Err(NvmeError::NoSpace {
+            requested: capacity_bytes,
+            available: free + held,
+        });
+    }
+    Ok(())
+}
+
+/// Allocates every block file now, so that a full filesystem shows as
+/// `NoSpace` at open and never as a failed write later.
+fn preallocate(dir: &Path) -> Result<(), NvmeError> {
+    use std::os::fd::AsRawFd;
+    for (path, _) in foyer_files(dir)? {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(os("open block file"))?;
+        let len = file.metadata().map_err(os("stat block file"))?.len();
+        // SAFETY: `file` is an open descriptor owned for this whole call;
+        // posix_fallocate reads no memory of ours.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        match rc {
+            0 => {}
+            libc::ENOSPC => {
+                return Err(NvmeError::NoSpace {
+                    requested: len,
+                    available: free_bytes(dir)?,
+                })
+            }
+            // Filesystems without fallocate keep sparse files: still correct,
+            // only the early NoSpace guarantee is lost.
+            libc::EOPNOTSUPP | libc::EINVAL => {}
+            rc => {
+                return Err(NvmeError::Io {
+                    op: "preallocate",
+                    reason: std::io::Error::from_raw_os_error(rc).to_string(),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+fn foyer_files(dir: &Path) -> Result<Vec<(std::path::PathBuf, u64)>, NvmeError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = vec![];
+    for entry in std::fs::read_dir(dir).map_err(os("list dir"))? {
+        let entry = entry.map_err(os("list dir"))?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(FOYER_FILE_PREFIX)
+        {
+            let meta = entry.metadata().map_err(os("stat block file"))?;
+            files.push((entry.path(), meta.blocks() * 512));
+        }
+    }
+    Ok(files)
+}
+
+fn free_bytes(dir: &Path) -> Result<u64, NvmeError> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| NvmeError::InvalidConfig("path contains a NUL byte".into()))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `stat` is a
+    // valid, exclusively borrowed out-parameter.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(os("statvfs")(std::io::Error::last_os_error()));
+    }
+    Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+fn os(op: &'static str) -> impl Fn(std::io::Error) -> NvmeError {
+    move |e| NvmeError::Io {
+        op,
+        reason: e.to_string(),
+    }
+}
