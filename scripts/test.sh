@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every strata test on a fresh Debian machine with Rust.
 #
-# Installs what the tests need (Debian packages, a Python venv), checks
+# Installs what the tests need (Debian packages: protoc, etcd, redis-tools;
+# a Python venv with redis-py and pytest), checks
 # formatting and lints, builds, runs the Rust tests (which start and stop
 # their own server processes), then starts one strata-server and runs the
 # Redis conformance suite against it: redis-py (pytest), a scripted
@@ -17,6 +18,9 @@ step() { printf '\n== %s\n' "$*"; }
 # --- 1. What the tests need -------------------------------------------------
 step "installing test dependencies (when missing)"
 pkgs=()
+command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
+command -v etcd >/dev/null || pkgs+=(etcd-server)
+command -v etcdctl >/dev/null || pkgs+=(etcd-client)
 command -v redis-cli >/dev/null || pkgs+=(redis-tools)
 command -v redis-benchmark >/dev/null || pkgs+=(redis-tools)
 python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
@@ -42,6 +46,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo build"
 cargo build --workspace --bins
 step "cargo test"
+# The cluster tests drive redis-py's RedisCluster with this interpreter.
+export STRATA_TEST_PYTHON="$VENV/bin/python"
 cargo test --workspace
 
 # --- 4. Redis conformance suite against a live node ---------------------------
