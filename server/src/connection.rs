@@ -107,7 +107,14 @@ impl Conn<'_> {
             let need = loop {
                 match self.next_step() {
                     Step::Request(args) => {
-                        let out = cmd::execute(self.node, &mut self.session, &args, now_ms());
+                        let mut out =
+                            cmd::execute(self.node, &mut self.session, &args, now_ms(), false);
+                        if let Out::Rerun(handoff) = out {
+                            // The keys were being moved here: they have been
+                            // fetched from their previous holders; run again.
+                            handoff.await;
+                            out = cmd::execute(self.node, &mut self.session, &args, now_ms(), true);
+                        }
                         drop(args);
                         self.emit(out).await?;
                         if self.session.quit {
@@ -231,6 +238,9 @@ impl Conn<'_> {
         match out {
             Out::Reply(r) => r.encode(self.session.resp, &mut self.wbuf),
             Out::Later(work) => work.await.encode(self.session.resp, &mut self.wbuf),
+            // Only returned from a first execution; the loop above reruns.
+            Out::Rerun(_) => Reply::Error(CommandError::err("internal: unexpected rerun"))
+                .encode(self.session.resp, &mut self.wbuf),
             Out::Value(v) => self.value(v).await?,
             Out::Values(vs) => {
                 self.wbuf

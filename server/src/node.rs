@@ -159,6 +159,17 @@ impl Node {
         });
     }
 
+    /// Whether a ring change has not been fully repaired yet (this node
+    /// may still be receiving keys it now holds).
+    pub fn in_transition(&self) -> bool {
+        !self.cluster.standalone() && !Arc::ptr_eq(&self.repaired_ring.lock(), &self.cluster.ring())
+    }
+
+    /// The last ring every local key was repaired against.
+    pub fn repaired_ring(&self) -> Arc<strata_ring::Ring> {
+        self.repaired_ring.lock().clone()
+    }
+
     pub fn repair_generation(&self) -> u64 {
         self.repair_generation.load(Relaxed)
     }

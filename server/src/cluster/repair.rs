@@ -82,3 +82,23 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
     tracing::info!(pushed, shed, "repair done");
     true
 }
+
+/// Read-through during a transition: asks the holders of each key under the
+/// last repaired ring to push it here now (`STRATA.HANDOFF`). Bounded by the
+/// peer call timeout; a key nobody has stays missing.
+pub async fn fetch(node: &Arc<Node>, keys: Vec<bytes::Bytes>) {
+    let before = node.repaired_ring();
+    let copies = node.cfg.replica_num as usize;
+    let me = node.cluster.me.id.clone();
+    for key in keys {
+        for holder in before.replicas(key_slot(&key), copies) {
+            if holder.id == me {
+                continue;
+            }
+            let args: [&[u8]; 3] = [b"STRATA.HANDOFF", &key, me.as_bytes()];
+            if node.peers.call(&holder.resp_addr, &args).await.is_ok() {
+                break;
+            }
+        }
+    }
+}

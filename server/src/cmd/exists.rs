@@ -7,6 +7,10 @@ use strata_proto::Reply;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let keys: Vec<&Bytes> = args[1..].iter().collect();
+    if let Some(out) = ctx.fetch_missing(&keys) {
+        return out;
+    }
     let n = args[1..]
         .iter()
         .filter(|k| ctx.node.store.exists(k, ctx.now_ms))

@@ -14,6 +14,9 @@ use strata_tiering::Value;
 use super::{desc_arg, transfer_error, Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    if let Some(out) = ctx.fetch_missing(&[&args[1]]) {
+        return out;
+    }
     match args {
         [_, key] => Out::Value(ctx.node.store.get(key, ctx.now_ms)),
         [_, key, desc] => match lease(ctx, key, desc) {

@@ -5,6 +5,10 @@ use bytes::Bytes;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let keys: Vec<&Bytes> = args[1..].iter().collect();
+    if let Some(out) = ctx.fetch_missing(&keys) {
+        return out;
+    }
     Out::Values(
         args[1..]
             .iter()

@@ -45,6 +45,7 @@ mod scan;
 mod select;
 mod set;
 mod strata_apply;
+mod strata_handoff;
 mod strata_meta;
 mod strata_replicate;
 mod strlen;
@@ -59,6 +60,10 @@ pub enum Out {
     /// Work that waits on a transfer (PUT): the connection awaits it
     /// before the next request, so replies stay in order.
     Later(Later),
+    /// Missing keys whose slot is being handed to this node: the future
+    /// fetches them from their previous holders, then the request runs
+    /// again (once).
+    Rerun(Pin<Box<dyn Future<Output = ()> + Send + 'static>>),
 }
 
 pub type Later = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
@@ -70,6 +75,7 @@ impl std::fmt::Debug for Out {
             Out::Value(v) => f.debug_tuple("Value").field(v).finish(),
             Out::Values(v) => f.debug_tuple("Values").field(v).finish(),
             Out::Later(_) => f.write_str("Later"),
+            Out::Rerun(_) => f.write_str("Rerun"),
         }
     }
 }
@@ -100,9 +106,32 @@ pub struct Ctx<'a> {
     /// Applied on behalf of another node (`STRATA.APPLY`): never routed or
     /// replicated again.
     pub internal: bool,
+    /// Second execution after a hand-off: do not ask again.
+    pub rerun: bool,
 }
 
 impl Ctx<'_> {
+    /// For read commands: if any of `keys` is missing while this node is
+    /// still receiving the slots of a ring change, fetch them from their
+    /// previous holders and run the request again. `None` = go ahead.
+    pub fn fetch_missing(&self, keys: &[&Bytes]) -> Option<Out> {
+        if self.rerun || self.internal || !self.node.in_transition() {
+            return None;
+        }
+        let missing: Vec<Bytes> = keys
+            .iter()
+            .filter(|k| !self.node.store.exists(k, self.now_ms))
+            .map(|k| (*k).clone())
+            .collect();
+        if missing.is_empty() {
+            return None;
+        }
+        let node = self.node.clone();
+        Some(Out::Rerun(Box::pin(async move {
+            crate::cluster::repair::fetch(&node, missing).await;
+        })))
+    }
+
     /// After a local write of `keys` succeeded with `reply`: copies the
     /// values to the rest of their replica set, then replies. The reply
     /// waits for the replicas so an acknowledged value survives the loss
@@ -250,6 +279,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("SELECT", 2, NO_KEYS, "connection", "Selects database 0 (the only one).", select::run),
     write(spec("SET", -3, ONE_KEY, "string", "Sets a key's value.", set::run)),
     write(spec("STRATA.APPLY", -3, NO_KEYS, "strata", "Internal: applies a forwarded delete or TTL change.", strata_apply::run)),
+    spec("STRATA.HANDOFF", 3, NO_KEYS, "strata", "Internal: pushes a key to the node now holding its slot.", strata_handoff::run),
     spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum, epoch and version of a value.", strata_meta::run),
     write(spec("STRATA.REPLICATE", 5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),
     spec("STRLEN", 2, ONE_KEY, "string", "Length of a key's value.", strlen::run),
@@ -287,7 +317,13 @@ fn arity_ok(arity: i32, n: usize) -> bool {
 }
 
 /// Runs one request (`args[0]` is the command name).
-pub fn execute(node: &Arc<Node>, session: &mut Session, args: &[Bytes], now_ms: u64) -> Out {
+pub fn execute(
+    node: &Arc<Node>,
+    session: &mut Session,
+    args: &[Bytes],
+    now_ms: u64,
+    rerun: bool,
+) -> Out {
     let Some((name, rest)) = args.split_first() else {
         return CommandError::err("empty command").into();
     };
@@ -315,6 +351,7 @@ pub fn execute(node: &Arc<Node>, session: &mut Session, args: &[Bytes], now_ms: 
         session,
         now_ms,
         internal: false,
+        rerun,
     };
     match (spec.run)(&mut ctx, args) {
         // Transfers are timed until they complete.

@@ -27,6 +27,10 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
         keys = &keys[..keys.len() - 2];
     }
+    let wanted: Vec<&Bytes> = keys.iter().collect();
+    if let Some(out) = ctx.fetch_missing(&wanted) {
+        return out;
+    }
     let store = &ctx.node.store;
     let Some(ms) = pin_ms else {
         let n = keys

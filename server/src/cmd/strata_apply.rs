@@ -19,6 +19,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         session: ctx.session,
         now_ms: ctx.now_ms,
         internal: true,
+        rerun: true,
     };
     (spec.run)(&mut inner_ctx, inner)
 }

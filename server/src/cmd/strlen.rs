@@ -6,6 +6,9 @@ use strata_proto::Reply;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    if let Some(out) = ctx.fetch_missing(&[&args[1]]) {
+        return out;
+    }
     let len = ctx
         .node
         .store

@@ -49,9 +49,9 @@ const CLASS_BYTES: [u64; CLASS_COUNT] = class_table();
 
 // A chunk's index inside its slab is kept as a `u16` to halve the free lists.
 const _: () = assert!(SLAB_BYTES / MIN_CHUNK_BYTES <= 1 << 16);
-const _: () = assert!(SLAB_BYTES % PAGE_BYTES == 0 && MAX_CLASS_BYTES <= SLAB_BYTES);
-const _: () = assert!(MIN_CHUNK_BYTES % CHUNK_ALIGN_BYTES == 0);
-const _: () = assert!(PAGE_BYTES % CHUNK_ALIGN_BYTES == 0);
+const _: () = assert!(SLAB_BYTES.is_multiple_of(PAGE_BYTES) && MAX_CLASS_BYTES <= SLAB_BYTES);
+const _: () = assert!(MIN_CHUNK_BYTES.is_multiple_of(CHUNK_ALIGN_BYTES));
+const _: () = assert!(PAGE_BYTES.is_multiple_of(CHUNK_ALIGN_BYTES));
 
 const fn next_class(bytes: u64) -> u64 {
     let grown = bytes * CLASS_GROWTH_NUMERATOR / CLASS_GROWTH_DENOMINATOR;
@@ -233,7 +233,7 @@ impl SlabAllocator {
         let slab = &mut self.slabs[id as usize];
         let size = CLASS_BYTES[slab.class];
         let delta = chunk.offset - slab_offset;
-        if chunk.size != size || delta % size != 0 {
+        if chunk.size != size || !delta.is_multiple_of(size) {
             return false;
         }
         let Ok(index) = u16::try_from(delta / size) else {
@@ -403,7 +403,7 @@ impl Extents {
 
     /// Takes `len` bytes (whole pages) from the front of the best-fitting extent.
     fn alloc(&mut self, len: u64) -> Option<u64> {
-        debug_assert!(len > 0 && len % PAGE_BYTES == 0);
+        debug_assert!(len > 0 && len.is_multiple_of(PAGE_BYTES));
         let &(extent_len, offset) = self.by_size.range((len, 0)..).next()?;
         self.remove(offset, extent_len);
         if extent_len > len {
