@@ -11,7 +11,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let text = desc.to_string();
     // Printing only drops leading zeros, so it never grows past the input.
-    assert!(text.len() <= data.len() && text.len() <= DESC_LEN_MAX, "{text}");
+    assert!(
+        text.len() <= data.len() && text.len() <= DESC_LEN_MAX,
+        "{text}"
+    );
     let again = Descriptor::parse(text.as_bytes())
         .unwrap_or_else(|e| panic!("{text:?} (from {data:?}) does not parse: {e}"));
     assert_eq!(again, desc, "{text:?} parses to another descriptor");

@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
     // A key matches itself once every byte is escaped, with or without a
     // leading star, and a lone star matches anything.
     let escaped: Vec<u8> = key.iter().flat_map(|&b| [b'\\', b]).collect();
-    assert!(matches(&escaped, key), "escaped {key:?} does not match itself");
+    assert!(
+        matches(&escaped, key),
+        "escaped {key:?} does not match itself"
+    );
     let starred = [&b"*"[..], &escaped].concat();
     assert!(matches(&starred, key));
     assert!(matches(b"*", key));

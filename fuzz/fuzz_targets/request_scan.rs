@@ -89,7 +89,10 @@ fn drive(buf: &[u8], limits: &Limits, chunk: usize) {
                 discard,
                 len,
             } => {
-                assert!(consumed > 0 && consumed <= rest.len(), "consumed {consumed}");
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
                 assert!(
                     len > limits.max_bulk_len || len > limits.max_request_len,
                     "refused {len} bytes within the limits"
