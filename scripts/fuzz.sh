@@ -41,6 +41,12 @@ else
   exit 0
 fi
 
+# libfuzzer-sys compiles libFuzzer itself, which needs a C++ compiler.
+if ! command -v c++ >/dev/null && ! command -v clang++ >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ >/dev/null
+fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz: installing cargo-fuzz"
   cargo install --locked cargo-fuzz
