@@ -2,6 +2,10 @@
 # Short fuzzing run of every target in fuzz/ (cargo-fuzz, libFuzzer).
 #
 #   scripts/fuzz.sh [seconds-per-target]     (default 30)
+#   FUZZ_TARGETS="request_scan glob" scripts/fuzz.sh 10
+#
+# The `config` target builds the whole server with sanitizers (minutes);
+# it runs when FUZZ_TARGETS names it (the default list does).
 #
 # Builds the targets, runs each for a fixed time from its committed seed
 # corpus, prints one summary line per target, and exits non-zero if any
@@ -16,7 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SECONDS_PER_TARGET=${1:-30}
-TARGETS=(request_scan descriptor config glob)
+read -r -a TARGETS <<< "${FUZZ_TARGETS:-request_scan descriptor config glob}"
+FEATURES=()
+for t in "${TARGETS[@]}"; do [ "$t" = config ] && FEATURES=(--features server); done
 # A single input taking this long is a bug (e.g. exponential glob matching).
 TIMEOUT_S=${FUZZ_TIMEOUT_S:-10}
 RSS_LIMIT_MB=${FUZZ_RSS_LIMIT_MB:-2048}
@@ -53,7 +59,9 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 # --- Build, then run each target ---------------------------------------------
-cargo "${TOOLCHAIN[@]}" fuzz build --fuzz-dir fuzz
+for t in "${TARGETS[@]}"; do
+  cargo "${TOOLCHAIN[@]}" fuzz build --fuzz-dir fuzz "${FEATURES[@]}" "$t"
+done
 
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
@@ -63,7 +71,7 @@ for t in "${TARGETS[@]}"; do
   log="$SCRATCH/$t.log"
   rc=0
   # The scratch dir comes first: libFuzzer writes new inputs there only.
-  cargo "${TOOLCHAIN[@]}" fuzz run --fuzz-dir fuzz "$t" "$SCRATCH/$t" "fuzz/corpus/$t" -- \
+  cargo "${TOOLCHAIN[@]}" fuzz run --fuzz-dir fuzz "${FEATURES[@]}" "$t" "$SCRATCH/$t" "fuzz/corpus/$t" -- \
     -max_total_time="$SECONDS_PER_TARGET" -timeout="$TIMEOUT_S" \
     -rss_limit_mb="$RSS_LIMIT_MB" -print_final_stats=1 >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

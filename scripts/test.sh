@@ -72,4 +72,8 @@ bash tests/compat/redis_cli_session.sh
 PATH="$VENV/bin:$PATH" bash tests/compat/redis_benchmark.sh
 kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite"; exit 1; }
 
+# --- 5. A short fuzzing run of the protocol parsers ---------------------------
+step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"
+FUZZ_TARGETS="request_scan descriptor glob" bash scripts/fuzz.sh 10
+
 step "all tests passed"
