@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis_protocol::resp2::types::BytesFrame;
-use strata_rdma::tcp::TcpTransport;
+use strata_rdma::tcp::{TcpStats, TcpTransport};
 use strata_rdma::{Descriptor, Region, Transport};
 use tokio::sync::Mutex;
 
@@ -94,6 +94,18 @@ impl Client {
     /// `host:port` of this client's data-plane listener.
     pub fn data_endpoint(&self) -> &str {
         self.transport.endpoint()
+    }
+
+    /// Counters of this client's data plane (reads the node made of its
+    /// buffers).
+    pub fn data_plane_stats(&self) -> &TcpStats {
+        self.transport.stats()
+    }
+
+    /// Descriptor of `buf[range]` as a PUT would send it, for
+    /// [`Client::put_desc`] or for handing to another process.
+    pub fn descriptor(&self, buf: &Buffer, range: Range<usize>) -> Result<Descriptor> {
+        self.describe(buf.region(), range)
     }
 
     /// Allocates `len` zeroed, page-aligned bytes registered for transfers.
