@@ -20,8 +20,13 @@ pub fn key_hash(key: &[u8]) -> u64 {
     })
 }
 
+/// splitmix64's finalizer over key, size and version: every output bit
+/// depends on every input bit, so two versions differ in every byte lane.
 fn seed(hash: u64, len: usize, version: u64) -> u64 {
-    hash ^ version.rotate_left(32) ^ (len as u64).rotate_left(17)
+    let mut z = hash ^ version.wrapping_mul(STEP) ^ (len as u64).rotate_left(32);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Writes the value of `key_hash` at `version` into `buf` (its whole length).
