@@ -50,7 +50,7 @@ free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("
 PORT=$(free_port)
 MAX_VALUE=$((16 << 20))
 LOG=$(mktemp)
-"$CARGO_TARGET_DIR/debug/strata-server" --port "$PORT" --metrics-port 0 \
+"$CARGO_TARGET_DIR/debug/strata-server" --port "$PORT" --metrics-port 0 --data-port 0 \
   --cpu-memory-pool-size 512MiB --max-value-size "$MAX_VALUE" >"$LOG" 2>&1 &
 SERVER_PID=$!
 cleanup() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; rm -f "$LOG"; }

@@ -88,6 +88,12 @@ pub struct Cli {
     port: Option<String>,
     #[arg(long, env = "STRATA_METRICS_PORT")]
     metrics_port: Option<String>,
+    #[arg(long, env = "STRATA_DATA_PORT")]
+    data_port: Option<String>,
+    #[arg(long, env = "STRATA_LEASE_TTL_MS")]
+    lease_ttl_ms: Option<String>,
+    #[arg(long, env = "STRATA_MAX_LEASES")]
+    max_leases: Option<String>,
     #[arg(long, env = "STRATA_CPU_MEMORY_POOL_SIZE")]
     cpu_memory_pool_size: Option<String>,
     #[arg(long, env = "STRATA_MAX_VALUE_SIZE")]
@@ -116,6 +122,9 @@ impl Cli {
             ("bind", self.bind.as_ref()),
             ("port", self.port.as_ref()),
             ("metrics_port", self.metrics_port.as_ref()),
+            ("data_port", self.data_port.as_ref()),
+            ("lease_ttl_ms", self.lease_ttl_ms.as_ref()),
+            ("max_leases", self.max_leases.as_ref()),
             ("cpu_memory_pool_size", self.cpu_memory_pool_size.as_ref()),
             ("max_value_size", self.max_value_size.as_ref()),
             ("max_request_size", self.max_request_size.as_ref()),
@@ -139,6 +148,9 @@ pub struct Config {
     pub bind: IpAddr,
     pub port: u16,
     pub metrics_port: u16,
+    pub data_port: u16,
+    pub lease_ttl_ms: u64,
+    pub max_leases: u32,
     pub cpu_memory_pool_size: u64,
     pub max_value_size: u64,
     pub max_request_size: u64,
@@ -169,6 +181,12 @@ const MAX_POOL: u64 = 64 * TIB;
 const DEFAULT_MAX_VALUE: u64 = 512 * MIB;
 /// Redis' client-query-buffer-limit default.
 const DEFAULT_MAX_REQUEST: u64 = GIB;
+/// A reader needs at least a round trip and a transfer.
+const MIN_LEASE_MS: u64 = 100;
+/// A lease pins memory; ten minutes is far beyond any transfer.
+const MAX_LEASE_MS: u64 = 600_000;
+/// Each lease is a small table entry plus a pinned value.
+const MAX_LEASES_LIMIT: u64 = 1_000_000;
 /// Bounded by file descriptors, not by strata itself.
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
 
@@ -178,6 +196,9 @@ impl Default for Config {
             bind: IpAddr::from([127, 0, 0, 1]),
             port: 7379,
             metrics_port: 9379,
+            data_port: 7380,
+            lease_ttl_ms: 5_000,
+            max_leases: 4096,
             cpu_memory_pool_size: GIB,
             max_value_size: DEFAULT_MAX_VALUE,
             max_request_size: DEFAULT_MAX_REQUEST,
@@ -269,6 +290,12 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
             show_size(cfg.max_request_size)
         ));
     }
+    if cfg.data_port != 0 && (cfg.data_port == cfg.port || cfg.data_port == cfg.metrics_port) {
+        errors.push(format!(
+            "data_port: {} is already used by port or metrics_port; use another port or 0",
+            cfg.data_port
+        ));
+    }
     if cfg.metrics_port != 0 && cfg.metrics_port == cfg.port {
         errors.push(format!(
             "metrics_port: {} is the same as port; use another port or 0 to disable",
@@ -320,6 +347,9 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         }
         "port" => cfg.port = int_in(v, 1, 65535)? as u16,
         "metrics_port" => cfg.metrics_port = int_in(v, 0, 65535)? as u16,
+        "data_port" => cfg.data_port = int_in(v, 0, 65535)? as u16,
+        "lease_ttl_ms" => cfg.lease_ttl_ms = int_in(v, MIN_LEASE_MS, MAX_LEASE_MS)?,
+        "max_leases" => cfg.max_leases = int_in(v, 1, MAX_LEASES_LIMIT)? as u32,
         "cpu_memory_pool_size" => cfg.cpu_memory_pool_size = size_in(v, MIN_POOL, MAX_POOL)?,
         "max_value_size" => cfg.max_value_size = size_in(v, 1, 4 * GIB)?,
         "max_request_size" => cfg.max_request_size = size_in(v, KIB, 16 * GIB)?,
@@ -382,6 +412,9 @@ impl Config {
             ("bind", self.bind.to_string()),
             ("port", self.port.to_string()),
             ("metrics_port", self.metrics_port.to_string()),
+            ("data_port", self.data_port.to_string()),
+            ("lease_ttl_ms", self.lease_ttl_ms.to_string()),
+            ("max_leases", self.max_leases.to_string()),
             (
                 "cpu_memory_pool_size",
                 self.cpu_memory_pool_size.to_string(),

@@ -11,8 +11,10 @@
 //! being buffered, and the connection stays usable. Malformed RESP gets
 //! Redis' `-ERR Protocol error` and closes this connection only.
 
+use std::collections::HashSet;
 use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame;
@@ -48,10 +50,12 @@ pub struct Session {
     pub authed: bool,
     /// Set by QUIT: close after this batch's replies are written.
     pub quit: bool,
+    /// Leases this connection holds; released when it closes.
+    pub leases: HashSet<u64>,
 }
 
 struct Conn<'a> {
-    node: &'a Node,
+    node: &'a Arc<Node>,
     sock: TcpStream,
     rbuf: BytesMut,
     wbuf: BytesMut,
@@ -59,7 +63,7 @@ struct Conn<'a> {
     session: Session,
 }
 
-pub async fn serve(node: &Node, sock: TcpStream) -> std::io::Result<()> {
+pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
     sock.set_nodelay(true)?;
     let session = Session {
         id: node.next_client_id(),
@@ -69,6 +73,7 @@ pub async fn serve(node: &Node, sock: TcpStream) -> std::io::Result<()> {
         resp: RespVersion::Resp2,
         authed: node.cfg.requirepass.is_none(),
         quit: false,
+        leases: HashSet::new(),
     };
     let mut conn = Conn {
         node,
@@ -78,7 +83,11 @@ pub async fn serve(node: &Node, sock: TcpStream) -> std::io::Result<()> {
         discard: None,
         session,
     };
-    conn.run().await
+    let result = conn.run().await;
+    for id in conn.session.leases.drain() {
+        node.leases.release(id);
+    }
+    result
 }
 
 enum Step {
@@ -221,6 +230,7 @@ impl Conn<'_> {
     async fn emit(&mut self, out: Out) -> std::io::Result<()> {
         match out {
             Out::Reply(r) => r.encode(self.session.resp, &mut self.wbuf),
+            Out::Later(work) => work.await.encode(self.session.resp, &mut self.wbuf),
             Out::Value(v) => self.value(v).await?,
             Out::Values(vs) => {
                 self.wbuf

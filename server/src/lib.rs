@@ -11,6 +11,7 @@ pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod http;
+pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod node;
@@ -18,12 +19,13 @@ pub mod node;
 use std::sync::Arc;
 
 use anyhow::Context;
+use strata_rdma::Transport;
 
 pub use node::Node;
 
 /// Runs a node until SIGINT or SIGTERM.
 pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
-    let node = Arc::new(Node::new(cfg).context("cannot start the node")?);
+    let node = Arc::new(Node::start(cfg).await.context("cannot start the node")?);
     let resp = listener::bind(&node).await?;
     let http = if node.cfg.metrics_port != 0 {
         Some(http::bind(&node).await?)
@@ -33,11 +35,13 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     tracing::info!(
         resp = %resp.local_addr()?,
         metrics = ?http.as_ref().map(|h| h.local_addr().ok()),
+        data = %node.transport.endpoint(),
         pool_bytes = node.cfg.cpu_memory_pool_size,
         "strata-server ready"
     );
     node.spawn_expiry();
     node.spawn_metrics_upkeep();
+    node.spawn_lease_sweeper();
     if let Some(http) = http {
         tokio::spawn(http::serve(node.clone(), http));
     }

@@ -72,6 +72,9 @@ struct Exported {
     evicted_bytes_total: Counter,
     expired_keys_total: Counter,
     uptime_seconds: Gauge,
+    leases_out: Gauge,
+    data_reads_served_total: Counter,
+    data_reads_refused_total: Counter,
 }
 
 pub struct Metrics {
@@ -256,6 +259,21 @@ impl Metrics {
                 Unit::Seconds,
                 "Seconds since the node started.",
             ),
+            leases_out: gauge(
+                "strata_leases_out",
+                Unit::Count,
+                "Leases pinning values for remote readers.",
+            ),
+            data_reads_served_total: counter(
+                "strata_data_reads_served_total",
+                Unit::Count,
+                "One-sided reads of this node's memory served by its data plane.",
+            ),
+            data_reads_refused_total: counter(
+                "strata_data_reads_refused_total",
+                Unit::Count,
+                "Data-plane reads refused (bad rkey, range, stale epoch).",
+            ),
         };
         Metrics {
             recorder,
@@ -302,6 +320,12 @@ impl Metrics {
         e.evicted_bytes_total.absolute(s.evicted_bytes);
         e.expired_keys_total.absolute(s.expired);
         e.uptime_seconds.set(node.started.elapsed().as_secs_f64());
+        e.leases_out.set(node.leases.len() as f64);
+        let ts = node.transport.stats();
+        e.data_reads_served_total
+            .absolute(ts.reads_served.load(Relaxed));
+        e.data_reads_refused_total
+            .absolute(ts.reads_refused.load(Relaxed));
         for cmd in &self.commands {
             cmd.calls_out.absolute(cmd.calls.load(Relaxed));
             cmd.errors_out.absolute(cmd.errors.load(Relaxed));

@@ -5,11 +5,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context;
 use strata_proto::Limits;
+use strata_rdma::tcp::TcpTransport;
+use strata_rdma::{Region, Transport};
 use strata_tiering::{Store, StoreConfig};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
+use crate::lease::{LeaseGuard, Leases, SWEEP_INTERVAL};
 use crate::metrics::Metrics;
 
 /// Latency samples are folded into histograms this often.
@@ -22,7 +26,13 @@ const EXPIRY_BATCH_MAX: usize = 2000;
 
 pub struct Node {
     pub cfg: Config,
+    /// The arena as registered with the data plane. Declared before
+    /// `store` so it is deregistered before the arena is unmapped.
+    pub arena_region: Region,
     pub store: Store,
+    /// The data plane: serves reads of the arena, pulls PUT payloads.
+    pub transport: Arc<TcpTransport>,
+    pub leases: Arc<Leases>,
     pub metrics: Metrics,
     /// Framing limits derived from the config.
     pub limits: Limits,
@@ -39,7 +49,9 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub fn new(cfg: Config) -> anyhow::Result<Node> {
+    /// Maps the arena, starts the data plane and registers the arena with
+    /// it. Must run inside the tokio runtime.
+    pub async fn start(cfg: Config) -> anyhow::Result<Node> {
         let store = Store::new(StoreConfig {
             capacity_bytes: cfg.cpu_memory_pool_size,
             max_value_bytes: cfg.effective_max_value(),
@@ -50,15 +62,38 @@ impl Node {
             max_request_len: cfg.max_request_size,
             ..Limits::default()
         };
+        let data_addr = std::net::SocketAddr::new(cfg.bind, cfg.data_port);
+        let transport = TcpTransport::bind(data_addr).await.with_context(|| {
+            format!("cannot listen for the data plane on {data_addr} (data_port)")
+        })?;
+        let leases = Arc::new(Leases::default());
+        let (base, len) = store.region();
+        // SAFETY: the arena stays mapped for as long as `store` lives, and
+        // `arena_region` is dropped before `store` (field order). Reads are
+        // only served for values pinned by a lease (LeaseGuard), and the
+        // store never writes a committed value, so nothing writes the bytes
+        // being sent.
+        let arena_region = unsafe {
+            transport.register(base as u64, len, Some(Arc::new(LeaseGuard(leases.clone()))))
+        }
+        .context("cannot register the arena with the data plane")?;
         Ok(Node {
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
             metrics: Metrics::new(),
             limits,
+            arena_region,
             store,
+            transport,
+            leases,
             cfg,
             started: Instant::now(),
             next_client_id: AtomicU64::new(1),
         })
+    }
+
+    /// Offset of an arena address within the registered region.
+    pub fn arena_offset(&self, addr: usize) -> u64 {
+        addr as u64 - self.arena_region.addr()
     }
 
     pub fn next_client_id(&self) -> u64 {
@@ -85,6 +120,19 @@ impl Node {
 }
 
 impl Node {
+    /// Drops expired leases so their values can be evicted again.
+    pub fn spawn_lease_sweeper(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                let Some(node) = node.upgrade() else { return };
+                node.leases.sweep(now_ms());
+            }
+        });
+    }
+
     /// Keeps the metrics recorder's memory bounded.
     pub fn spawn_metrics_upkeep(self: &Arc<Self>) {
         let node = Arc::downgrade(self);

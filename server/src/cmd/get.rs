@@ -1,10 +1,80 @@
 //! `GET key`: the value as a bulk string, written straight from store
 //! memory (pinned while it is written), or nil.
+//!
+//! `GET key desc` (zero-copy): `desc` names the client's destination
+//! buffer. The value is pinned under a lease and the reply is
+//! `[source descriptor, lease, len]`; the client pulls the bytes itself with
+//! a one-sided read and then sends `RELEASE lease`.
 
 use bytes::Bytes;
+use strata_proto::{CommandError, ErrorCode, Reply};
+use strata_rdma::Transport;
+use strata_tiering::Value;
 
-use super::{Ctx, Out};
+use super::{desc_arg, transfer_error, Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    Out::Value(ctx.node.store.get(&args[1], ctx.now_ms))
+    match args {
+        [_, key] => Out::Value(ctx.node.store.get(key, ctx.now_ms)),
+        [_, key, desc] => match lease(ctx, key, desc) {
+            Ok(r) => r.into(),
+            Err(e) => e.into(),
+        },
+        _ => CommandError::wrong_arity("get").into(),
+    }
+}
+
+fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandError> {
+    let dst = desc_arg(desc)?;
+    let value = ctx
+        .node
+        .store
+        .get(key, ctx.now_ms)
+        .ok_or_else(|| CommandError::new(ErrorCode::NotFound, "no such key"))?;
+    if value.len() > dst.len {
+        return Err(CommandError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "value of {} bytes does not fit the destination of {} bytes",
+                value.len(),
+                dst.len
+            ),
+        ));
+    }
+    let (src, id) = grant(ctx, value)?;
+    Ok(Reply::Array(vec![
+        Reply::text(&src.0),
+        Reply::Int(id as i64),
+        Reply::Int(src.1 as i64),
+    ]))
+}
+
+/// Leases `value` to this connection; returns (source descriptor, len) and
+/// the lease id.
+fn grant(ctx: &mut Ctx<'_>, value: Value) -> Result<((String, u64), u64), CommandError> {
+    let node = ctx.node;
+    if ctx.session.leases.len() >= node.cfg.max_leases as usize {
+        return Err(CommandError::new(
+            ErrorCode::Busy,
+            format!(
+                "too many leases on this connection ({}); RELEASE some first",
+                node.cfg.max_leases
+            ),
+        ));
+    }
+    let len = value.len();
+    let src = node
+        .transport
+        .describe(
+            &node.arena_region,
+            node.arena_offset(value.addr()),
+            len,
+            Some(value.epoch()),
+        )
+        .map_err(transfer_error)?;
+    let id = node
+        .leases
+        .grant(vec![value], ctx.now_ms + node.cfg.lease_ttl_ms);
+    ctx.session.leases.insert(id);
+    Ok(((src.to_string(), len), id))
 }

@@ -115,6 +115,10 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "keyspace_misses", s.misses);
             line(out, "evicted_keys", s.evictions);
             line(out, "expired_keys", s.expired);
+            line(out, "leases_out", node.leases.len());
+            let ts = node.transport.stats();
+            line(out, "data_reads_served", ts.reads_served.load(Relaxed));
+            line(out, "data_reads_refused", ts.reads_refused.load(Relaxed));
         }
         "tiers" => {
             out.push_str("# Tiers\r\n");

@@ -6,6 +6,9 @@
 //! `COMMAND`, `COMMAND DOCS`, per-command metrics and `INFO commandstats`
 //! all read it, so they can never disagree.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -30,9 +33,13 @@ mod hello;
 mod info;
 mod keys;
 mod mget;
+mod mput;
 mod mset;
 mod ping;
+mod prefix;
+mod put;
 mod quit;
+mod release;
 mod scan;
 mod select;
 mod set;
@@ -42,11 +49,26 @@ mod ttl;
 
 /// What a command produces: a reply, or values to be written straight from
 /// store memory.
-#[derive(Debug)]
 pub enum Out {
     Reply(Reply),
     Value(Option<Value>),
     Values(Vec<Option<Value>>),
+    /// Work that waits on a transfer (PUT): the connection awaits it
+    /// before the next request, so replies stay in order.
+    Later(Later),
+}
+
+pub type Later = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Out::Reply(r) => f.debug_tuple("Reply").field(r).finish(),
+            Out::Value(v) => f.debug_tuple("Value").field(v).finish(),
+            Out::Values(v) => f.debug_tuple("Values").field(v).finish(),
+            Out::Later(_) => f.write_str("Later"),
+        }
+    }
 }
 
 impl Out {
@@ -69,7 +91,7 @@ impl From<CommandError> for Out {
 
 /// Everything a command may touch.
 pub struct Ctx<'a> {
-    pub node: &'a Node,
+    pub node: &'a Arc<Node>,
     pub session: &'a mut Session,
     pub now_ms: u64,
 }
@@ -128,231 +150,40 @@ const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
 const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 
 /// Sorted by name: looked up by binary search.
+#[rustfmt::skip]
 pub static COMMANDS: &[Spec] = &[
-    open(spec(
-        "AUTH",
-        -2,
-        NO_KEYS,
-        "connection",
-        "Authenticates the connection.",
-        auth::run,
-    )),
-    spec(
-        "CLIENT",
-        -2,
-        NO_KEYS,
-        "connection",
-        "Connection name, id and library info.",
-        client::run,
-    ),
-    spec(
-        "COMMAND",
-        -1,
-        NO_KEYS,
-        "server",
-        "Describes the commands.",
-        command::run,
-    ),
-    spec(
-        "CONFIG",
-        -2,
-        NO_KEYS,
-        "server",
-        "Reads configuration values (CONFIG GET).",
-        config::run,
-    ),
-    spec(
-        "DBSIZE",
-        1,
-        NO_KEYS,
-        "server",
-        "Number of keys.",
-        dbsize::run,
-    ),
-    write(spec(
-        "DEL",
-        -2,
-        ALL_KEYS,
-        "generic",
-        "Deletes keys.",
-        del::run,
-    )),
-    spec(
-        "ECHO",
-        2,
-        NO_KEYS,
-        "connection",
-        "Returns its argument.",
-        echo::run,
-    ),
-    spec(
-        "EXISTS",
-        -2,
-        ALL_KEYS,
-        "generic",
-        "Counts the given keys that exist.",
-        exists::run,
-    ),
-    write(spec(
-        "EXPIRE",
-        -3,
-        ONE_KEY,
-        "generic",
-        "Sets a key's time to live in seconds.",
-        expire::run,
-    )),
-    write(spec(
-        "FLUSHALL",
-        -1,
-        NO_KEYS,
-        "server",
-        "Deletes every key.",
-        flushall::run,
-    )),
-    write(spec(
-        "FLUSHDB",
-        -1,
-        NO_KEYS,
-        "server",
-        "Deletes every key (one database).",
-        flushall::run,
-    )),
-    spec(
-        "GET",
-        2,
-        ONE_KEY,
-        "string",
-        "Returns a key's value.",
-        get::run,
-    ),
-    open(spec(
-        "HELLO",
-        -1,
-        NO_KEYS,
-        "connection",
-        "Handshake: protocol version, auth, name.",
-        hello::run,
-    )),
-    spec(
-        "INFO",
-        -1,
-        NO_KEYS,
-        "server",
-        "Node figures by section.",
-        info::run,
-    ),
-    spec(
-        "KEYS",
-        2,
-        NO_KEYS,
-        "generic",
-        "Keys matching a pattern.",
-        keys::run,
-    ),
-    spec(
-        "MGET",
-        -2,
-        ALL_KEYS,
-        "string",
-        "Values of several keys.",
-        mget::run,
-    ),
-    write(spec(
-        "MSET",
-        -3,
-        (1, -1, 2),
-        "string",
-        "Sets several keys atomically.",
-        mset::run,
-    )),
-    write(spec(
-        "PEXPIRE",
-        -3,
-        ONE_KEY,
-        "generic",
-        "Sets a key's time to live in milliseconds.",
-        expire::run,
-    )),
-    open(spec(
-        "PING",
-        -1,
-        NO_KEYS,
-        "connection",
-        "Replies PONG.",
-        ping::run,
-    )),
-    spec(
-        "PTTL",
-        2,
-        ONE_KEY,
-        "generic",
-        "A key's time to live in milliseconds.",
-        ttl::run,
-    ),
-    open(spec(
-        "QUIT",
-        -1,
-        NO_KEYS,
-        "connection",
-        "Closes the connection.",
-        quit::run,
-    )),
-    spec(
-        "SCAN",
-        -2,
-        NO_KEYS,
-        "generic",
-        "Iterates over keys with a cursor.",
-        scan::run,
-    ),
-    spec(
-        "SELECT",
-        2,
-        NO_KEYS,
-        "connection",
-        "Selects database 0 (the only one).",
-        select::run,
-    ),
-    write(spec(
-        "SET",
-        -3,
-        ONE_KEY,
-        "string",
-        "Sets a key's value.",
-        set::run,
-    )),
-    spec(
-        "STRATA.META",
-        2,
-        ONE_KEY,
-        "strata",
-        "Size, tier, creation time, checksum and epoch of a value.",
-        strata_meta::run,
-    ),
-    spec(
-        "STRLEN",
-        2,
-        ONE_KEY,
-        "string",
-        "Length of a key's value.",
-        strlen::run,
-    ),
-    spec(
-        "TTL",
-        2,
-        ONE_KEY,
-        "generic",
-        "A key's time to live in seconds.",
-        ttl::run,
-    ),
-    write(spec(
-        "UNLINK",
-        -2,
-        ALL_KEYS,
-        "generic",
-        "Deletes keys.",
-        del::run,
-    )),
+    open(spec("AUTH", -2, NO_KEYS, "connection", "Authenticates the connection.", auth::run)),
+    spec("CLIENT", -2, NO_KEYS, "connection", "Connection name, id and library info.", client::run),
+    spec("COMMAND", -1, NO_KEYS, "server", "Describes the commands.", command::run),
+    spec("CONFIG", -2, NO_KEYS, "server", "Reads configuration values (CONFIG GET).", config::run),
+    spec("DBSIZE", 1, NO_KEYS, "server", "Number of keys.", dbsize::run),
+    write(spec("DEL", -2, ALL_KEYS, "generic", "Deletes keys.", del::run)),
+    spec("ECHO", 2, NO_KEYS, "connection", "Returns its argument.", echo::run),
+    spec("EXISTS", -2, ALL_KEYS, "generic", "Counts the given keys that exist.", exists::run),
+    write(spec("EXPIRE", -3, ONE_KEY, "generic", "Sets a key's time to live in seconds.", expire::run)),
+    write(spec("FLUSHALL", -1, NO_KEYS, "server", "Deletes every key.", flushall::run)),
+    write(spec("FLUSHDB", -1, NO_KEYS, "server", "Deletes every key (one database).", flushall::run)),
+    spec("GET", -2, ONE_KEY, "string", "A key's value; with a descriptor, a source descriptor and lease.", get::run),
+    open(spec("HELLO", -1, NO_KEYS, "connection", "Handshake: protocol version, auth, name.", hello::run)),
+    spec("INFO", -1, NO_KEYS, "server", "Node figures by section.", info::run),
+    spec("KEYS", 2, NO_KEYS, "generic", "Keys matching a pattern.", keys::run),
+    spec("MGET", -2, ALL_KEYS, "string", "Values of several keys.", mget::run),
+    write(spec("MPUT", -3, (1, -1, 2), "strata", "Zero-copy PUT of several keys.", mput::run)),
+    write(spec("MSET", -3, (1, -1, 2), "string", "Sets several keys atomically.", mset::run)),
+    write(spec("PEXPIRE", -3, ONE_KEY, "generic", "Sets a key's time to live in milliseconds.", expire::run)),
+    open(spec("PING", -1, NO_KEYS, "connection", "Replies PONG.", ping::run)),
+    spec("PREFIX", -2, ALL_KEYS, "strata", "Length of the run of present keys from the first.", prefix::run),
+    spec("PTTL", 2, ONE_KEY, "generic", "A key's time to live in milliseconds.", ttl::run),
+    write(spec("PUT", -3, ONE_KEY, "strata", "Stores a value pulled from a memory descriptor.", put::run)),
+    open(spec("QUIT", -1, NO_KEYS, "connection", "Closes the connection.", quit::run)),
+    spec("RELEASE", -2, NO_KEYS, "strata", "Ends leases.", release::run),
+    spec("SCAN", -2, NO_KEYS, "generic", "Iterates over keys with a cursor.", scan::run),
+    spec("SELECT", 2, NO_KEYS, "connection", "Selects database 0 (the only one).", select::run),
+    write(spec("SET", -3, ONE_KEY, "string", "Sets a key's value.", set::run)),
+    spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum and epoch of a value.", strata_meta::run),
+    spec("STRLEN", 2, ONE_KEY, "string", "Length of a key's value.", strlen::run),
+    spec("TTL", 2, ONE_KEY, "generic", "A key's time to live in seconds.", ttl::run),
+    write(spec("UNLINK", -2, ALL_KEYS, "generic", "Deletes keys.", del::run)),
 ];
 
 /// Longest command name in the table; longer input cannot match.
@@ -380,7 +211,7 @@ fn arity_ok(arity: i32, n: usize) -> bool {
 }
 
 /// Runs one request (`args[0]` is the command name).
-pub fn execute(node: &Node, session: &mut Session, args: &[Bytes], now_ms: u64) -> Out {
+pub fn execute(node: &Arc<Node>, session: &mut Session, args: &[Bytes], now_ms: u64) -> Out {
     let Some((name, rest)) = args.split_first() else {
         return CommandError::err("empty command").into();
     };
@@ -403,9 +234,21 @@ pub fn execute(node: &Node, session: &mut Session, args: &[Bytes], now_ms: u64) 
         session,
         now_ms,
     };
-    let out = (spec.run)(&mut ctx, args);
-    node.metrics.commands[idx].record(start.elapsed(), out.is_error());
-    out
+    match (spec.run)(&mut ctx, args) {
+        // Transfers are timed until they complete.
+        Out::Later(work) => {
+            let node = node.clone();
+            Out::Later(Box::pin(async move {
+                let reply = work.await;
+                node.metrics.commands[idx].record(start.elapsed(), reply.is_error());
+                reply
+            }))
+        }
+        out => {
+            node.metrics.commands[idx].record(start.elapsed(), out.is_error());
+            out
+        }
+    }
 }
 
 fn no_auth() -> Out {
@@ -418,6 +261,24 @@ pub fn int_arg(b: &[u8]) -> Result<i64, CommandError> {
 }
 
 /// Maps store errors to their stable codes.
+/// Maps data-plane errors to their stable codes.
+pub fn transfer_error(e: strata_rdma::TransferError) -> CommandError {
+    use strata_rdma::TransferError as T;
+    match e {
+        T::BadDescriptor(_) => CommandError::new(ErrorCode::BadDesc, e.to_string()),
+        T::Stale => CommandError::new(ErrorCode::Stale, e.to_string()),
+        T::TooLarge { .. } => CommandError::new(ErrorCode::TooLarge, e.to_string()),
+        T::Busy(_) => CommandError::new(ErrorCode::Busy, e.to_string()),
+        _ => CommandError::err(format!("io: {e}")),
+    }
+}
+
+/// Parses a descriptor argument.
+pub fn desc_arg(b: &[u8]) -> Result<strata_rdma::Descriptor, CommandError> {
+    strata_rdma::Descriptor::parse(b)
+        .map_err(|e| CommandError::new(ErrorCode::BadDesc, format!("descriptor: {e}")))
+}
+
 pub fn store_error(e: strata_tiering::StoreError) -> CommandError {
     use strata_tiering::StoreError;
     match e {

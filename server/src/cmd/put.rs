@@ -1,0 +1,101 @@
+//! `PUT key desc [NX] [TTL ms]`: the node pulls the value from the
+//! client's memory with a one-sided read, straight into a reserved arena
+//! chunk, and publishes it only once every byte has arrived. A failed or
+//! cut transfer frees the chunk: nothing partial is ever visible, and an
+//! old value under the same key stays as it was.
+
+use bytes::Bytes;
+use strata_proto::{CommandError, ErrorCode, Reply};
+use strata_rdma::{Descriptor, Transport};
+use strata_tiering::{Condition, Expiry, Reservation};
+
+use super::{desc_arg, int_arg, own_key, store_error, transfer_error, Ctx, Out};
+use crate::node::{now_ms, Node};
+
+pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let (cond, expiry) = match parse_options(&args[3..], ctx.now_ms) {
+        Ok(x) => x,
+        Err(e) => return e.into(),
+    };
+    let store = &ctx.node.store;
+    if cond == Condition::IfAbsent && store.exists(&args[1], ctx.now_ms) {
+        return Reply::Nil.into();
+    }
+    let (desc, res) = match prepare(ctx.node, &args[2]) {
+        Ok(x) => x,
+        Err(e) => return e.into(),
+    };
+    let node = ctx.node.clone();
+    let key = own_key(&args[1]);
+    Out::Later(Box::pin(async move {
+        match pull(&node, &desc, &res).await {
+            Ok(()) => {
+                if node.store.commit(key, res, cond, expiry, now_ms()) {
+                    Reply::Ok
+                } else {
+                    Reply::Nil
+                }
+            }
+            Err(e) => e.into(),
+        }
+    }))
+}
+
+/// Checks a client descriptor and reserves room for its bytes.
+pub fn prepare(node: &Node, desc: &[u8]) -> Result<(Descriptor, Reservation), CommandError> {
+    let desc = desc_arg(desc)?;
+    if desc.transport != node.transport.kind() {
+        return Err(CommandError::new(
+            ErrorCode::BadDesc,
+            format!(
+                "descriptor transport {} is not this node's ({})",
+                desc.transport,
+                node.transport.kind()
+            ),
+        ));
+    }
+    if desc.epoch.is_some() {
+        return Err(CommandError::new(
+            ErrorCode::BadDesc,
+            "a PUT source descriptor carries no epoch",
+        ));
+    }
+    let res = node.store.reserve(desc.len).map_err(store_error)?;
+    Ok((desc, res))
+}
+
+/// The one-sided read of the payload into the reservation.
+pub async fn pull(node: &Node, desc: &Descriptor, res: &Reservation) -> Result<(), CommandError> {
+    if desc.len == 0 {
+        return Ok(());
+    }
+    let offset = node.arena_offset(res.addr());
+    node.transport
+        .read(desc, &node.arena_region, offset)
+        .await
+        .map_err(transfer_error)
+}
+
+fn parse_options(opts: &[Bytes], now_ms: u64) -> Result<(Condition, Expiry), CommandError> {
+    let mut cond = Condition::Always;
+    let mut expiry = Expiry::Persist;
+    let mut i = 0;
+    while i < opts.len() {
+        match opts[i].to_ascii_uppercase().as_slice() {
+            b"NX" if cond == Condition::Always => cond = Condition::IfAbsent,
+            b"TTL" if expiry == Expiry::Persist => {
+                let ms = int_arg(opts.get(i + 1).ok_or_else(CommandError::syntax)?)?;
+                let at = u64::try_from(ms)
+                    .ok()
+                    .filter(|&ms| ms > 0)
+                    .and_then(|ms| ms.checked_add(now_ms))
+                    .ok_or_else(|| CommandError::err("invalid expire time in 'put' command"))?;
+                expiry = Expiry::At(at);
+                i += 1;
+            }
+            _ => return Err(CommandError::syntax()),
+        }
+        i += 1;
+    }
+    Ok((cond, expiry))
+}

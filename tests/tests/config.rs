@@ -1,0 +1,144 @@
+//! The binary refuses bad configuration at start (exit code 2, a message
+//! naming the key and the allowed range) and shows the effective settings
+//! with `--print-config`, with file < env < flag precedence.
+
+use std::process::Command;
+
+use strata_tests::{run_to_exit, server_command, Exit};
+
+/// Exit code for a configuration the node refuses.
+const BAD_CONFIG: i32 = 2;
+
+fn run(setup: impl FnOnce(&mut Command)) -> Exit {
+    let mut cmd = server_command();
+    setup(&mut cmd);
+    run_to_exit(cmd)
+}
+
+fn assert_refused(exit: &Exit, needles: &[&str]) {
+    assert_eq!(
+        exit.status.code(),
+        Some(BAD_CONFIG),
+        "stderr:\n{}",
+        exit.stderr
+    );
+    for n in needles {
+        assert!(
+            exit.stderr.contains(n),
+            "missing {n:?} in stderr:\n{}",
+            exit.stderr
+        );
+    }
+}
+
+fn config_file(text: &str) -> tempfile::NamedTempFile {
+    let f = tempfile::Builder::new()
+        .prefix("strata")
+        .suffix(".json")
+        .tempfile()
+        .unwrap();
+    std::fs::write(f.path(), text).unwrap();
+    f
+}
+
+#[test]
+fn bad_flags_are_refused_naming_key_and_range() {
+    for (args, needle) in [
+        (
+            ["--port", "70000"],
+            "port: 70000 is out of range (allowed 1 ..= 65535)",
+        ),
+        (
+            ["--cpu-memory-pool-size", "1KiB"],
+            "cpu_memory_pool_size: 1KiB is out of range (allowed 4MiB ..= 64TiB)",
+        ),
+        (
+            ["--eviction-high-watermark", "2"],
+            "eviction_high_watermark: 2 is out of range (allowed 0.5 ..= 1.0)",
+        ),
+        (
+            ["--protocol", "rdma"],
+            "protocol: \"rdma\" is not available (allowed: tcp",
+        ),
+    ] {
+        let exit = run(|c| {
+            c.args(args);
+        });
+        assert_refused(&exit, &[needle]);
+    }
+}
+
+#[test]
+fn every_bad_value_is_reported_at_once() {
+    let exit = run(|c| {
+        c.args(["--port", "70000", "--protocol", "rdma"]);
+    });
+    assert_refused(&exit, &["port: 70000", "protocol: \"rdma\""]);
+}
+
+#[test]
+fn bad_env_value_is_refused() {
+    let exit = run(|c| {
+        c.env("STRATA_PORT", "abc");
+    });
+    assert_refused(
+        &exit,
+        &["port: \"abc\" is not a whole number (allowed 1 ..= 65535)"],
+    );
+}
+
+#[test]
+fn config_file_with_an_unknown_key_is_refused() {
+    let file = config_file(r#"{"port": 1111, "max_conections": 10}"#);
+    let exit = run(|c| {
+        c.arg("--config").arg(file.path());
+    });
+    assert_refused(&exit, &["max_conections: unknown key (known keys: "]);
+}
+
+#[test]
+fn config_file_with_bad_json_is_refused() {
+    let file = config_file(r#"{"port": 1111,"#);
+    let exit = run(|c| {
+        c.arg("--config").arg(file.path());
+    });
+    assert_refused(&exit, &["config file ", "not a JSON object"]);
+}
+
+fn printed_port(exit: &Exit) -> u64 {
+    assert!(exit.status.success(), "stderr:\n{}", exit.stderr);
+    let cfg: serde_json::Value = serde_json::from_str(&exit.stdout)
+        .unwrap_or_else(|e| panic!("--print-config is not JSON ({e}):\n{}", exit.stdout));
+    cfg["port"].as_u64().expect("port in --print-config")
+}
+
+#[test]
+fn print_config_shows_file_then_env_then_flag() {
+    let file = config_file(r#"{"port": 1111, "cpu_memory_pool_size": "64MiB"}"#);
+    let with = |env: Option<&str>, flag: Option<&str>| {
+        run(|c| {
+            c.arg("--print-config").arg("--config").arg(file.path());
+            if let Some(p) = env {
+                c.env("STRATA_PORT", p);
+            }
+            if let Some(p) = flag {
+                c.args(["--port", p]);
+            }
+        })
+    };
+    assert_eq!(printed_port(&with(None, None)), 1111);
+    assert_eq!(printed_port(&with(Some("2222"), None)), 2222);
+    let all = with(Some("2222"), Some("3333"));
+    assert_eq!(printed_port(&all), 3333);
+    let cfg: serde_json::Value = serde_json::from_str(&all.stdout).unwrap();
+    assert_eq!(cfg["cpu_memory_pool_size"], 64 << 20, "file value kept");
+}
+
+#[test]
+fn print_config_hides_the_password() {
+    let exit = run(|c| {
+        c.args(["--print-config", "--requirepass", "hunter2"]);
+    });
+    assert!(exit.status.success(), "stderr:\n{}", exit.stderr);
+    assert!(!exit.stdout.contains("hunter2"), "{}", exit.stdout);
+}
