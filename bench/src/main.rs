@@ -251,6 +251,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         // Versions live in the plan; one plan per size keeps them across
         // phases, so gets after puts check the latest version.
         let base = plan_for(args.mix);
+        if args.mix.is_some() {
+            // Gets in a mixed phase need every key present: fill first,
+            // unreported.
+            let fill = Arc::new(base.restart_fill(&args));
+            let (tally, _) = run_phase(&fill, Some(Op::Put)).await?;
+            if tally.errors[Op::Put as usize] > 0 {
+                bail!("filling the keys before the mixed phase failed");
+            }
+            base.adopt_versions(&fill);
+        }
         let phase_list: Vec<Option<Op>> = match args.mix {
             Some(_) => vec![None],
             None => phases.iter().copied().map(Some).collect(),
@@ -258,6 +268,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         for phase in phase_list {
             let plan = Arc::new(base.restart(&args));
             let (tally, secs) = run_phase(&plan, phase).await?;
+            base.adopt_versions(&plan);
             for op in [Op::Put, Op::Get] {
                 let i = op as usize;
                 if phase.is_some_and(|p| p != op)
@@ -351,6 +362,22 @@ impl Plan {
             started: AtomicU64::new(0),
             done: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+        }
+    }
+
+    /// A put phase of exactly one pass over the keys.
+    fn restart_fill(&self, args: &Args) -> Plan {
+        let mut fill = self.restart(args);
+        fill.deadline = None;
+        fill.ops_max = Some(0);
+        fill.mix = None;
+        fill
+    }
+
+    /// Takes over the versions a finished phase wrote.
+    fn adopt_versions(&self, phase: &Plan) {
+        for (mine, theirs) in self.versions.iter().zip(&phase.versions) {
+            mine.store(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 
