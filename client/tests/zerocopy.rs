@@ -272,3 +272,62 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
     }
     assert!(caught > 0, "every 64 MiB transfer finished before the drop");
 }
+
+/// More GETs than the node allows leases: the refused ones come back
+/// `BUSY` and are retried alone once the batch's leases are released.
+#[tokio::test]
+async fn batch_over_the_lease_limit_retries_busy_items() {
+    let node = Node::start(&["--max-leases", "4"]);
+    let c = node.client().await;
+    let keys: Vec<String> = (0..16).map(|i| format!("lease-{i}")).collect();
+    let mut src = c.alloc(256).expect("alloc");
+    for key in &keys {
+        src.as_mut_slice()
+            .copy_from_slice(&pattern(key.as_bytes(), 256));
+        c.put_from(key.as_bytes(), &src, 0..256).await.expect("put");
+    }
+    let mut dsts: Vec<_> = keys.iter().map(|_| c.alloc(256).expect("alloc")).collect();
+    let mut gets: Vec<_> = keys
+        .iter()
+        .zip(dsts.iter_mut())
+        .map(|(k, b)| (k.as_str(), b, 0))
+        .collect();
+    for (i, r) in c.get_many(&mut gets).await.into_iter().enumerate() {
+        assert_eq!(r.unwrap_or_else(|e| panic!("get {i}: {e}")), 256);
+    }
+    for (key, b) in keys.iter().zip(&dsts) {
+        assert!(b.as_slice() == &pattern(key.as_bytes(), 256)[..], "{key}");
+    }
+}
+
+/// A batch larger than one MPUT is split, and every item lands.
+#[tokio::test]
+async fn put_many_splits_batches_over_the_mput_limit() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let n = strata_client::BATCH_MAX + 100;
+    let mut src = c.alloc(16 * n).expect("alloc");
+    for (i, chunk) in src.as_mut_slice().chunks_mut(16).enumerate() {
+        chunk.copy_from_slice(&(i as u128).to_le_bytes());
+    }
+    let keys: Vec<String> = (0..n).map(|i| format!("many-{i}")).collect();
+    let items: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), &src, 16 * i..16 * (i + 1)))
+        .collect();
+    assert!(c.put_many(&items).await.iter().all(Result::is_ok));
+    for i in [
+        0,
+        strata_client::BATCH_MAX - 1,
+        strata_client::BATCH_MAX,
+        n - 1,
+    ] {
+        let got = c
+            .get(keys[i].as_bytes())
+            .await
+            .expect("get")
+            .expect("present");
+        assert_eq!(&got[..], &(i as u128).to_le_bytes());
+    }
+}
