@@ -137,19 +137,18 @@ impl Conn {
     }
 }
 
-/// How much room to make before the next read: a whole bulk string when
-/// the buffer starts with its header (so a large GET reply is read with
-/// few syscalls and no regrowth), else one chunk.
+/// How much room to make before the next read: the rest of a bulk string
+/// when the buffer starts with its header (so a large GET reply is read
+/// with few syscalls and never regrown), else one chunk.
 fn wanted_bytes(buf: &[u8]) -> usize {
-    let header = buf.strip_prefix(b"$").and_then(|rest| {
+    let frame_len = buf.strip_prefix(b"$").and_then(|rest| {
         let end = rest.iter().position(|&b| b == b'\r')?;
-        std::str::from_utf8(&rest[..end])
-            .ok()?
-            .parse::<usize>()
-            .ok()
+        let len: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+        // "$" + digits + CRLF + payload + CRLF
+        len.checked_add(end + 5)
     });
-    match header {
-        Some(len) => len.saturating_add(32).max(READ_CHUNK_BYTES),
+    match frame_len {
+        Some(total) => total.saturating_sub(buf.len()).max(READ_CHUNK_BYTES),
         None => READ_CHUNK_BYTES,
     }
 }
@@ -224,7 +223,7 @@ mod tests {
 
     #[test]
     fn wanted_bytes_follows_bulk_headers() {
-        assert_eq!(wanted_bytes(b"$1048576\r\nabc"), 1048576 + 32);
+        assert_eq!(wanted_bytes(b"$1048576\r\nabc"), 1048576 + 12 - 13);
         assert_eq!(wanted_bytes(b"$5\r\n"), READ_CHUNK_BYTES);
         assert_eq!(wanted_bytes(b"*3\r\n"), READ_CHUNK_BYTES);
         assert_eq!(wanted_bytes(b"$12"), READ_CHUNK_BYTES);
