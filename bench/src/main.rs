@@ -136,6 +136,10 @@ struct Args {
     /// Label for the `system` field (default the target).
     #[arg(long)]
     system: Option<String>,
+    /// Leave the keys in the store (default: delete each size's keys after
+    /// its phases, so sizes do not crowd each other out).
+    #[arg(long)]
+    keep: bool,
     /// Runtime worker threads (default: all cores).
     #[arg(long)]
     workers: Option<usize>,
@@ -296,7 +300,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 return Ok(false);
             }
         }
-        cleanup(&args.addr, &base.keys).await?;
+        if !args.keep {
+            cleanup(&args.addr, &base.keys).await?;
+        }
     }
     Ok(ok)
 }
