@@ -30,6 +30,10 @@ pub enum ErrorCode {
     Busy,
     /// The key's slot is owned by another node.
     Moved,
+    /// The keys of one request live in different slots.
+    CrossSlot,
+    /// This node serves no slots yet (not joined, or lost the cluster).
+    ClusterDown,
 }
 
 impl ErrorCode {
@@ -47,6 +51,8 @@ impl ErrorCode {
             ErrorCode::Stale => "STALE",
             ErrorCode::Busy => "BUSY",
             ErrorCode::Moved => "MOVED",
+            ErrorCode::CrossSlot => "CROSSSLOT",
+            ErrorCode::ClusterDown => "CLUSTERDOWN",
         }
     }
 }

@@ -64,6 +64,9 @@ pub struct TcpConfig {
     pub conns_per_peer: usize,
     /// See [`SERVED_CONNS_MAX`].
     pub served_conns_max: usize,
+    /// Host put in this transport's descriptors instead of the bound
+    /// address: needed when binding `0.0.0.0`, which peers cannot dial.
+    pub advertise_host: Option<String>,
 }
 
 impl Default for TcpConfig {
@@ -73,6 +76,7 @@ impl Default for TcpConfig {
             serve_timeout: Duration::from_secs(60),
             conns_per_peer: CONNS_PER_PEER_MAX,
             served_conns_max: SERVED_CONNS_MAX,
+            advertise_host: None,
         }
     }
 }
@@ -131,7 +135,12 @@ impl TcpTransport {
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
         let listener = socket.listen(LISTEN_BACKLOG)?;
-        let endpoint = listener.local_addr()?.to_string();
+        let bound = listener.local_addr()?;
+        let endpoint = match &config.advertise_host {
+            Some(host) if host.contains(':') => format!("[{host}]:{}", bound.port()),
+            Some(host) => format!("{host}:{}", bound.port()),
+            None => bound.to_string(),
+        };
         let regions = RegionTable::new();
         let stats = Arc::new(TcpStats::default());
         let server = Server {

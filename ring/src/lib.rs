@@ -14,6 +14,6 @@ pub mod node;
 pub mod ring;
 pub mod slot;
 
-pub use node::NodeRecord;
+pub use node::{NodeRecord, TierUsage};
 pub use ring::{points_for, Ring, SlotRange, MAX_POINTS, MIN_POINTS, POINT_BYTES};
 pub use slot::{key_slot, SLOTS};

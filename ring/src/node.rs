@@ -35,6 +35,23 @@ pub struct NodeRecord {
     /// is the node's weight on the ring: twice the capacity, about twice the
     /// slots.
     pub capacity_bytes: u64,
+    /// `tiers`: capacity and usage per tier (`dram`, `nvme`, `gpu`), for
+    /// operators and capacity-aware clients. Not read by placement, so a
+    /// change of usage never moves slots. Added after the first release:
+    /// older records without it parse with an empty list.
+    #[serde(default)]
+    pub tiers: Vec<TierUsage>,
+}
+
+/// One tier's figures in a [`NodeRecord`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TierUsage {
+    /// `tier`: `dram`, `nvme` or `gpu`.
+    pub tier: String,
+    /// `capacity_bytes`: the tier's size.
+    pub capacity_bytes: u64,
+    /// `used_bytes`: bytes of the tier in use.
+    pub used_bytes: u64,
 }
 
 #[cfg(test)]
@@ -49,18 +66,30 @@ mod tests {
             data_addr: "10.0.0.1:7000".into(),
             host: "h1".into(),
             capacity_bytes: 1 << 30,
+            tiers: vec![TierUsage {
+                tier: "dram".into(),
+                capacity_bytes: 1 << 30,
+                used_bytes: 5,
+            }],
         };
         let json = serde_json::to_string(&node).expect("serialise");
         assert_eq!(
             json,
-            r#"{"id":"n1","resp_addr":"10.0.0.1:6379","data_addr":"10.0.0.1:7000","host":"h1","capacity_bytes":1073741824}"#
+            r#"{"id":"n1","resp_addr":"10.0.0.1:6379","data_addr":"10.0.0.1:7000","host":"h1","capacity_bytes":1073741824,"tiers":[{"tier":"dram","capacity_bytes":1073741824,"used_bytes":5}]}"#
         );
+        // Records of the first release (no `tiers`) still parse.
+        let old =
+            r#"{"id":"n1","resp_addr":"a:1","data_addr":"a:2","host":"h","capacity_bytes":5}"#;
+        assert!(serde_json::from_str::<NodeRecord>(old)
+            .expect("parse")
+            .tiers
+            .is_empty());
         assert_eq!(serde_json::from_str::<NodeRecord>(&json).ok(), Some(node));
     }
 
     #[test]
     fn unknown_fields_are_ignored() {
-        let json = r#"{"id":"n1","resp_addr":"a:1","data_addr":"a:2","host":"h","capacity_bytes":5,"tiers":[]}"#;
+        let json = r#"{"id":"n1","resp_addr":"a:1","data_addr":"a:2","host":"h","capacity_bytes":5,"zone":"z"}"#;
         let node: NodeRecord = serde_json::from_str(json).expect("parse");
         assert_eq!(node.capacity_bytes, 5);
     }

@@ -339,6 +339,7 @@ mod tests {
             data_addr: format!("{id}:7000"),
             host: host.into(),
             capacity_bytes,
+            tiers: Vec::new(),
         }
     }
 

@@ -21,6 +21,7 @@ fn node(id: &str, host: &str, capacity_bytes: u64) -> NodeRecord {
         data_addr: format!("{id}:7000"),
         host: host.into(),
         capacity_bytes,
+        tiers: Vec::new(),
     }
 }
 

@@ -110,6 +110,18 @@ pub struct Cli {
     requirepass: Option<String>,
     #[arg(long, env = "STRATA_METADATA_SERVER")]
     metadata_server: Option<String>,
+    #[arg(long, env = "STRATA_CLUSTER_NAME")]
+    cluster_name: Option<String>,
+    #[arg(long, env = "STRATA_NODE_ID")]
+    node_id: Option<String>,
+    #[arg(long, env = "STRATA_ADVERTISE_HOST")]
+    advertise_host: Option<String>,
+    #[arg(long, env = "STRATA_HOST_NAME")]
+    host_name: Option<String>,
+    #[arg(long, env = "STRATA_REPLICA_NUM")]
+    replica_num: Option<String>,
+    #[arg(long, env = "STRATA_NODE_TTL_S")]
+    node_ttl_s: Option<String>,
     #[arg(long, env = "STRATA_PROTOCOL")]
     protocol: Option<String>,
     #[arg(long, env = "STRATA_LOG_LEVEL")]
@@ -136,6 +148,12 @@ impl Cli {
             ),
             ("requirepass", self.requirepass.as_ref()),
             ("metadata_server", self.metadata_server.as_ref()),
+            ("cluster_name", self.cluster_name.as_ref()),
+            ("node_id", self.node_id.as_ref()),
+            ("advertise_host", self.advertise_host.as_ref()),
+            ("host_name", self.host_name.as_ref()),
+            ("replica_num", self.replica_num.as_ref()),
+            ("node_ttl_s", self.node_ttl_s.as_ref()),
             ("protocol", self.protocol.as_ref()),
             ("log_level", self.log_level.as_ref()),
         ]
@@ -159,7 +177,14 @@ pub struct Config {
     pub eviction_high_watermark: f64,
     #[serde(serialize_with = "redact")]
     pub requirepass: Option<String>,
-    pub metadata_server: String,
+    /// etcd endpoints (`http://host:port`); empty when standalone.
+    pub metadata_server: Vec<String>,
+    pub cluster_name: String,
+    pub node_id: String,
+    pub advertise_host: String,
+    pub host_name: String,
+    pub replica_num: u32,
+    pub node_ttl_s: u32,
     pub protocol: String,
     pub log_level: String,
 }
@@ -206,7 +231,13 @@ impl Default for Config {
             eviction_policy: "lru".into(),
             eviction_high_watermark: 0.95,
             requirepass: None,
-            metadata_server: String::new(),
+            metadata_server: Vec::new(),
+            cluster_name: "default".into(),
+            node_id: String::new(),
+            advertise_host: String::new(),
+            host_name: String::new(),
+            replica_num: 1,
+            node_ttl_s: 5,
             protocol: "tcp".into(),
             log_level: "info".into(),
         }
@@ -303,6 +334,7 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
         ));
     }
     if errors.is_empty() {
+        cfg.fill_derived();
         Ok(cfg)
     } else {
         Err(format!("invalid configuration:\n  {}", errors.join("\n  ")))
@@ -335,6 +367,47 @@ fn int_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
         return Err(format!("{n} is out of range (allowed {min} ..= {max})"));
     }
     Ok(n)
+}
+
+/// Copies of a value beyond this cost more than they protect.
+const MAX_REPLICAS: u64 = 8;
+
+/// `etcd://host:port[,host:port...]` → `http://host:port` endpoints.
+fn parse_metadata_server(v: &str) -> Result<Vec<String>, String> {
+    if v.is_empty() || v == "standalone" {
+        return Ok(Vec::new());
+    }
+    let Some(list) = v.strip_prefix("etcd://") else {
+        return Err(format!(
+            "{v:?} is not supported (use etcd://host:port[,host:port], or empty for standalone)"
+        ));
+    };
+    let mut out = Vec::new();
+    for ep in list.split(',') {
+        let ok = ep
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok {
+            return Err(format!("{ep:?} in {v:?} is not host:port"));
+        }
+        out.push(format!("http://{ep}"));
+    }
+    Ok(out)
+}
+
+/// Ids and names go into etcd keys and CLUSTER NODES lines: keep them
+/// printable, without separators.
+fn name(v: &str, allow_empty: bool) -> Result<String, String> {
+    let ok = v.len() <= 128
+        && (allow_empty || !v.is_empty())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+    if !ok {
+        return Err(format!(
+            "{v:?} must be 1 to 128 characters of letters, digits, '-', '_', '.', ':'"
+        ));
+    }
+    Ok(v.into())
 }
 
 fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
@@ -376,14 +449,18 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             }
             cfg.requirepass = (!v.is_empty()).then(|| v.to_string());
         }
-        "metadata_server" => {
-            if !matches!(v, "" | "standalone") {
-                return Err(format!(
-                    "{v:?}: only standalone mode (empty or \"standalone\") is available in this release; etcd membership is not built yet"
-                ));
+        "metadata_server" => cfg.metadata_server = parse_metadata_server(v)?,
+        "cluster_name" => cfg.cluster_name = name(v, false)?,
+        "node_id" => cfg.node_id = name(v, true)?,
+        "host_name" => cfg.host_name = name(v, true)?,
+        "advertise_host" => {
+            if v.contains([':', '/', ' ']) && v.parse::<IpAddr>().is_err() {
+                return Err(format!("{v:?} is not a host name or IP address"));
             }
-            cfg.metadata_server = String::new();
+            cfg.advertise_host = v.into();
         }
+        "replica_num" => cfg.replica_num = int_in(v, 1, MAX_REPLICAS)? as u32,
+        "node_ttl_s" => cfg.node_ttl_s = int_in(v, 1, 60)? as u32,
         "protocol" => {
             if v != "tcp" {
                 return Err(format!(
@@ -431,7 +508,13 @@ impl Config {
                 "eviction_high_watermark",
                 self.eviction_high_watermark.to_string(),
             ),
-            ("metadata_server", self.metadata_server.clone()),
+            ("metadata_server", self.metadata_server.join(",")),
+            ("cluster_name", self.cluster_name.clone()),
+            ("node_id", self.node_id.clone()),
+            ("advertise_host", self.advertise_host.clone()),
+            ("host_name", self.host_name.clone()),
+            ("replica_num", self.replica_num.to_string()),
+            ("node_ttl_s", self.node_ttl_s.to_string()),
             ("protocol", self.protocol.clone()),
             ("log_level", self.log_level.clone()),
             // redis-benchmark asks for these at start; we persist nothing.
@@ -439,6 +522,32 @@ impl Config {
             ("appendonly", "no".into()),
             ("databases", "1".into()),
         ]
+    }
+
+    /// Fills the values whose default depends on other values or the
+    /// machine.
+    fn fill_derived(&mut self) {
+        if self.host_name.is_empty() {
+            self.host_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".into());
+        }
+        if self.advertise_host.is_empty() {
+            self.advertise_host = if self.bind.is_unspecified() {
+                self.host_name.clone()
+            } else {
+                self.bind.to_string()
+            };
+        }
+        if self.node_id.is_empty() {
+            self.node_id = format!("{}:{}", self.host_name, self.port);
+        }
+    }
+
+    pub fn standalone(&self) -> bool {
+        self.metadata_server.is_empty()
     }
 
     /// The value limit actually enforced: a value must also fit the pool.

@@ -92,8 +92,12 @@ async fn handle(node: &Node, mut sock: TcpStream) -> std::io::Result<()> {
             respond(&mut sock, "200 OK", "text/plain; version=0.0.4", &body).await
         }
         b"/health" => {
+            let cl = &node.cluster;
             let body = format!(
-                "{{\"status\":\"ok\",\"mode\":\"standalone\",\"uptime_seconds\":{},\"keys\":{}}}\n",
+                "{{\"status\":\"ok\",\"mode\":\"{}\",\"etcd_healthy\":{},\"ring_nodes\":{},\"uptime_seconds\":{},\"keys\":{}}}\n",
+                if cl.standalone() { "standalone" } else { "cluster" },
+                cl.etcd_healthy.load(std::sync::atomic::Ordering::Relaxed),
+                cl.ring().len(),
                 node.started.elapsed().as_secs(),
                 node.store.len()
             );

@@ -7,6 +7,7 @@
 //! requests and writes replies, `cmd/` has one file per command, `node`
 //! holds what all connections share, `metrics` and `http` export figures.
 
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod connection;
@@ -45,13 +46,20 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     if let Some(http) = http {
         tokio::spawn(http::serve(node.clone(), http));
     }
-    tokio::select! {
+    if !node.cfg.standalone() {
+        tokio::spawn(cluster::membership::run(node.clone()));
+    }
+    let result = tokio::select! {
         r = listener::serve(node.clone(), resp) => r,
         _ = shutdown_signal() => {
             tracing::info!("shutting down");
             Ok(())
         }
+    };
+    if !node.cfg.standalone() {
+        cluster::membership::leave(&node).await;
     }
+    result
 }
 
 async fn shutdown_signal() {

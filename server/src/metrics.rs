@@ -49,6 +49,11 @@ pub struct Counters {
     pub too_large_total: AtomicU64,
     pub net_input_bytes_total: AtomicU64,
     pub net_output_bytes_total: AtomicU64,
+    pub replica_pushes_total: AtomicU64,
+    pub replica_push_errors_total: AtomicU64,
+    pub repair_pushes_total: AtomicU64,
+    pub repair_shed_total: AtomicU64,
+    pub repair_runs_total: AtomicU64,
 }
 
 /// Handles for figures copied from the atomics at scrape time.
@@ -73,6 +78,13 @@ struct Exported {
     expired_keys_total: Counter,
     uptime_seconds: Gauge,
     leases_out: Gauge,
+    ring_nodes: Gauge,
+    etcd_healthy: Gauge,
+    replica_pushes_total: Counter,
+    replica_push_errors_total: Counter,
+    repair_runs_total: Counter,
+    repair_pushes_total: Counter,
+    repair_shed_total: Counter,
     data_reads_served_total: Counter,
     data_reads_refused_total: Counter,
 }
@@ -259,6 +271,41 @@ impl Metrics {
                 Unit::Seconds,
                 "Seconds since the node started.",
             ),
+            ring_nodes: gauge(
+                "strata_ring_nodes",
+                Unit::Count,
+                "Nodes on this node's ring.",
+            ),
+            etcd_healthy: gauge(
+                "strata_etcd_healthy",
+                Unit::Count,
+                "1 when the last exchange with etcd succeeded (always 1 standalone).",
+            ),
+            replica_pushes_total: counter(
+                "strata_replica_pushes_total",
+                Unit::Count,
+                "Copies pushed to replicas (writes and repair).",
+            ),
+            replica_push_errors_total: counter(
+                "strata_replica_push_errors_total",
+                Unit::Count,
+                "Pushes to replicas that failed.",
+            ),
+            repair_runs_total: counter(
+                "strata_repair_runs_total",
+                Unit::Count,
+                "Completed repairs after ring changes.",
+            ),
+            repair_pushes_total: counter(
+                "strata_repair_pushes_total",
+                Unit::Count,
+                "Copies pushed by repair.",
+            ),
+            repair_shed_total: counter(
+                "strata_repair_shed_total",
+                Unit::Count,
+                "Copies dropped after hand-off because this node no longer holds their slot.",
+            ),
             leases_out: gauge(
                 "strata_leases_out",
                 Unit::Count,
@@ -321,6 +368,19 @@ impl Metrics {
         e.expired_keys_total.absolute(s.expired);
         e.uptime_seconds.set(node.started.elapsed().as_secs_f64());
         e.leases_out.set(node.leases.len() as f64);
+        e.ring_nodes.set(node.cluster.ring().len() as f64);
+        e.etcd_healthy
+            .set(f64::from(u8::from(node.cluster.etcd_healthy.load(Relaxed))));
+        e.replica_pushes_total
+            .absolute(c.replica_pushes_total.load(Relaxed));
+        e.replica_push_errors_total
+            .absolute(c.replica_push_errors_total.load(Relaxed));
+        e.repair_runs_total
+            .absolute(c.repair_runs_total.load(Relaxed));
+        e.repair_pushes_total
+            .absolute(c.repair_pushes_total.load(Relaxed));
+        e.repair_shed_total
+            .absolute(c.repair_shed_total.load(Relaxed));
         let ts = node.transport.stats();
         e.data_reads_served_total
             .absolute(ts.reads_served.load(Relaxed));

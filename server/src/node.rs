@@ -12,6 +12,8 @@ use strata_rdma::{Region, Transport};
 use strata_tiering::{Store, StoreConfig};
 use tokio::sync::Semaphore;
 
+use crate::cluster::peer::Peers;
+use crate::cluster::{repair, Cluster};
 use crate::config::Config;
 use crate::lease::{LeaseGuard, Leases, SWEEP_INTERVAL};
 use crate::metrics::Metrics;
@@ -33,6 +35,14 @@ pub struct Node {
     /// The data plane: serves reads of the arena, pulls PUT payloads.
     pub transport: Arc<TcpTransport>,
     pub leases: Arc<Leases>,
+    /// Placement and routing.
+    pub cluster: Cluster,
+    /// RESP connections to other nodes.
+    pub peers: Peers,
+    /// Bumped on every ring change; a repair stops when it is not current.
+    repair_generation: AtomicU64,
+    /// The last ring every local key was repaired against.
+    repaired_ring: parking_lot::Mutex<Arc<strata_ring::Ring>>,
     pub metrics: Metrics,
     /// Framing limits derived from the config.
     pub limits: Limits,
@@ -77,7 +87,20 @@ impl Node {
             transport.register(base as u64, len, Some(Arc::new(LeaseGuard(leases.clone()))))
         }
         .context("cannot register the arena with the data plane")?;
+        let me = strata_ring::NodeRecord {
+            id: cfg.node_id.clone(),
+            resp_addr: join_host_port(&cfg.advertise_host, cfg.port),
+            data_addr: transport.endpoint().to_string(),
+            host: cfg.host_name.clone(),
+            capacity_bytes: cfg.cpu_memory_pool_size,
+            tiers: Vec::new(),
+        };
+        let cluster = Cluster::new(me, cfg.standalone());
         Ok(Node {
+            peers: Peers::new(cfg.requirepass.clone()),
+            repair_generation: AtomicU64::new(0),
+            repaired_ring: parking_lot::Mutex::new(Arc::new(strata_ring::Ring::new(Vec::new()))),
+            cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
             metrics: Metrics::new(),
             limits,
@@ -120,6 +143,26 @@ impl Node {
 }
 
 impl Node {
+    /// Called by membership after the ring changed: starts a repair from
+    /// the last fully repaired ring (any repair still running stops).
+    pub fn on_ring_change(self: &Arc<Self>, old: &strata_ring::Ring) {
+        let ring = self.cluster.ring();
+        let moved = strata_ring::Ring::moved_slots(old, &ring).len();
+        tracing::info!(moved_slots = moved, nodes = ring.len(), "placement changed");
+        let generation = self.repair_generation.fetch_add(1, Relaxed) + 1;
+        let base = self.repaired_ring.lock().clone();
+        let node = self.clone();
+        tokio::spawn(async move {
+            if repair::run(node.clone(), base, ring.clone(), generation).await {
+                *node.repaired_ring.lock() = ring;
+            }
+        });
+    }
+
+    pub fn repair_generation(&self) -> u64 {
+        self.repair_generation.load(Relaxed)
+    }
+
     /// Drops expired leases so their values can be evicted again.
     pub fn spawn_lease_sweeper(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
@@ -144,6 +187,14 @@ impl Node {
                 node.metrics.upkeep();
             }
         });
+    }
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 

@@ -104,6 +104,9 @@ pub struct Meta {
     pub checksum: u32,
     /// Unique per committed value; a new write of the same key gets a new one.
     pub epoch: u64,
+    /// Orders writes of a key across nodes: `(ms << 20) | sequence` from
+    /// the node that accepted the write. Replicas keep the newest.
+    pub version: u64,
     /// Where the value lives in the arena (for descriptors).
     pub addr: usize,
 }
@@ -136,6 +139,7 @@ struct Slot {
     checksum: u32,
     created_ms: u64,
     epoch: u64,
+    version: u64,
 }
 
 impl Drop for Slot {
@@ -190,6 +194,10 @@ impl Value {
 
     pub fn epoch(&self) -> u64 {
         self.slot.epoch
+    }
+
+    pub fn version(&self) -> u64 {
+        self.slot.version
     }
 
     pub fn checksum(&self) -> u32 {
@@ -522,18 +530,58 @@ impl Store {
         drop(garbage);
     }
 
-    fn seal(&self, mut res: Reservation, now_ms: u64) -> Arc<Slot> {
+    fn seal(&self, res: Reservation, now_ms: u64) -> Arc<Slot> {
+        self.seal_version(res, now_ms, None)
+    }
+
+    /// Versions order writes of one key across nodes; a local write takes
+    /// the wall clock with the epoch as tie-breaker.
+    fn seal_version(&self, mut res: Reservation, now_ms: u64, version: Option<u64>) -> Arc<Slot> {
         let checksum = crc32c::crc32c(res.as_mut_slice());
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
+        let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
         Arc::new(Slot {
             shared: self.shared.clone(),
             chunk,
             len: res.len,
             checksum,
             created_ms: now_ms,
-            epoch: self.epoch.fetch_add(1, Relaxed) + 1,
+            epoch,
+            version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
         })
+    }
+
+    /// Publishes a copy received from another node if it is newer than
+    /// what is stored (or nothing is). Returns whether it was stored.
+    pub fn commit_copy(
+        &self,
+        key: Bytes,
+        res: Reservation,
+        version: u64,
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+    ) -> bool {
+        let slot = self.seal_version(res, now_ms, Some(version));
+        let mut expired = Vec::new();
+        let (stored, _replaced_or_refused) = {
+            let mut index = self.index.lock();
+            let newer = index
+                .live(&key, now_ms, &mut expired)
+                .is_none_or(|e| e.slot.version < version);
+            if newer {
+                (true, index.insert(key, slot, expire_at_ms).map(|e| e.slot))
+            } else {
+                (false, Some(slot))
+            }
+        };
+        self.note_expired(expired);
+        stored
+    }
+
+    /// The version of `key`'s live value, if any.
+    pub fn version_of(&self, key: &[u8], now_ms: u64) -> Option<u64> {
+        self.meta(key, now_ms).map(|m| m.version)
     }
 
     /// The value, pinned, and marks it recently used.
@@ -562,6 +610,34 @@ impl Store {
         }
     }
 
+    /// The value, pinned, without counting a read or touching the LRU
+    /// order (replication and repair read values nobody asked for).
+    pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<Value> {
+        let mut expired = Vec::new();
+        let slot = self
+            .index
+            .lock()
+            .live(key, now_ms, &mut expired)
+            .map(|e| (e.slot.clone(), e.expire_at_ms));
+        self.note_expired(expired);
+        slot.map(|(slot, _)| Value { slot })
+    }
+
+    /// Like [`Store::peek`], with the key's expiry.
+    pub fn peek_with_expiry(&self, key: &[u8], now_ms: u64) -> Option<(Value, Option<u64>)> {
+        let mut expired = Vec::new();
+        let found = self.index.lock().live(key, now_ms, &mut expired).map(|e| {
+            (
+                Value {
+                    slot: e.slot.clone(),
+                },
+                e.expire_at_ms,
+            )
+        });
+        self.note_expired(expired);
+        found
+    }
+
     /// Like [`Store::get`] but reports only the facts, without pinning or
     /// counting a hit.
     pub fn meta(&self, key: &[u8], now_ms: u64) -> Option<Meta> {
@@ -575,6 +651,7 @@ impl Store {
                 expire_at_ms: e.expire_at_ms,
                 checksum: e.slot.checksum,
                 epoch: e.slot.epoch,
+                version: e.slot.version,
                 addr: self.shared.arena.base_addr() + e.slot.chunk.offset as usize,
             })
         };
@@ -597,6 +674,21 @@ impl Store {
             match index.live(key, now_ms, &mut expired) {
                 Some(_) => index.remove(key),
                 None => None,
+            }
+        };
+        self.note_expired(expired);
+        removed.is_some()
+    }
+
+    /// Removes `key` only if its live value still has `version` (a copy
+    /// handed off to another node is dropped, a newer write is not).
+    pub fn delete_version(&self, key: &[u8], version: u64, now_ms: u64) -> bool {
+        let mut expired = Vec::new();
+        let removed = {
+            let mut index = self.index.lock();
+            match index.live(key, now_ms, &mut expired) {
+                Some(e) if e.slot.version == version => index.remove(key),
+                _ => None,
             }
         };
         self.note_expired(expired);

@@ -12,5 +12,5 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         .iter()
         .filter(|k| ctx.node.store.delete(k, ctx.now_ms))
         .count();
-    Reply::Int(n as i64).into()
+    ctx.forward(args, Reply::Int(n as i64))
 }

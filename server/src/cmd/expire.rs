@@ -53,5 +53,6 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         return Reply::Int(0).into();
     }
     let at = at.max(0) as u64;
-    Reply::Int(i64::from(store.set_expiry(&args[1], Some(at), ctx.now_ms))).into()
+    let set = store.set_expiry(&args[1], Some(at), ctx.now_ms);
+    ctx.forward(args, Reply::Int(i64::from(set)))
 }

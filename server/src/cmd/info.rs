@@ -62,7 +62,15 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "process_id", std::process::id());
             line(out, "tcp_port", node.cfg.port);
             line(out, "uptime_in_seconds", node.started.elapsed().as_secs());
-            line(out, "metadata_server", "standalone");
+            line(
+                out,
+                "metadata_server",
+                if node.cfg.standalone() {
+                    "standalone".to_string()
+                } else {
+                    node.cfg.metadata_server.join(",")
+                },
+            );
             line(out, "protocol", &node.cfg.protocol);
         }
         "clients" => {
@@ -129,6 +137,27 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "dram_keys", s.keys);
             line(out, "dram_evictions", s.evictions);
             line(out, "dram_evicted_bytes", s.evicted_bytes);
+        }
+        "cluster" => {
+            out.push_str("# Cluster\r\n");
+            let cl = &node.cluster;
+            let ring = cl.ring();
+            line(out, "cluster_enabled", u8::from(!cl.standalone()));
+            line(out, "node_id", &cl.me.id);
+            line(out, "ring_nodes", ring.len());
+            line(out, "ring_version", cl.ring_version.load(Relaxed));
+            line(out, "replica_num", node.cfg.replica_num);
+            line(out, "etcd_healthy", u8::from(cl.etcd_healthy.load(Relaxed)));
+            line(out, "etcd_sessions", cl.etcd_sessions.load(Relaxed));
+            line(out, "replica_pushes", c.replica_pushes_total.load(Relaxed));
+            line(
+                out,
+                "replica_push_errors",
+                c.replica_push_errors_total.load(Relaxed),
+            );
+            line(out, "repair_runs", c.repair_runs_total.load(Relaxed));
+            line(out, "repair_pushes", c.repair_pushes_total.load(Relaxed));
+            line(out, "repair_shed", c.repair_shed_total.load(Relaxed));
         }
         "keyspace" => {
             out.push_str("# Keyspace\r\n");

@@ -20,6 +20,7 @@ use crate::node::Node;
 
 mod auth;
 mod client;
+mod cluster;
 mod command;
 mod config;
 mod dbsize;
@@ -43,7 +44,9 @@ mod release;
 mod scan;
 mod select;
 mod set;
+mod strata_apply;
 mod strata_meta;
+mod strata_replicate;
 mod strlen;
 mod ttl;
 
@@ -94,6 +97,71 @@ pub struct Ctx<'a> {
     pub node: &'a Arc<Node>,
     pub session: &'a mut Session,
     pub now_ms: u64,
+    /// Applied on behalf of another node (`STRATA.APPLY`): never routed or
+    /// replicated again.
+    pub internal: bool,
+}
+
+impl Ctx<'_> {
+    /// After a local write of `keys` succeeded with `reply`: copies the
+    /// values to the rest of their replica set, then replies. The reply
+    /// waits for the replicas so an acknowledged value survives the loss
+    /// of any `copies - 1` nodes.
+    pub fn replicate(&self, keys: Vec<Bytes>, copies: Option<u32>, reply: Reply) -> Out {
+        use crate::cluster::replicate;
+        let copies = copies.unwrap_or(self.node.cfg.replica_num) as usize;
+        if self.internal || self.node.cluster.standalone() || copies <= 1 {
+            return reply.into();
+        }
+        let node = self.node.clone();
+        let now = self.now_ms;
+        Out::Later(Box::pin(async move {
+            for key in keys {
+                let targets = replicate::targets(&node, &key, copies);
+                if let Some((value, expire)) = node.store.peek_with_expiry(&key, now) {
+                    replicate::push(&node, key, value, expire, targets).await;
+                }
+            }
+            reply
+        }))
+    }
+
+    /// Forwards a delete (`DEL`/`UNLINK`, key by key) or a TTL change to
+    /// each key's replicas.
+    pub fn forward(&self, args: &[Bytes], reply: Reply) -> Out {
+        use crate::cluster::replicate;
+        if self.internal || self.node.cluster.standalone() || args.len() < 2 {
+            return reply.into();
+        }
+        let copies = self.node.cfg.replica_num as usize;
+        let per_key = matches!(args[0].to_ascii_uppercase().as_slice(), b"DEL" | b"UNLINK");
+        let calls: Vec<(Vec<_>, Vec<Bytes>)> = if per_key {
+            args[1..]
+                .iter()
+                .map(|k| {
+                    (
+                        replicate::targets(self.node, k, copies),
+                        vec![args[0].clone(), k.clone()],
+                    )
+                })
+                .collect()
+        } else {
+            vec![(
+                replicate::targets(self.node, &args[1], copies),
+                args.to_vec(),
+            )]
+        };
+        if calls.iter().all(|(t, _)| t.is_empty()) {
+            return reply.into();
+        }
+        let node = self.node.clone();
+        Out::Later(Box::pin(async move {
+            for (targets, args) in calls {
+                replicate::forward(&node, targets, args).await;
+            }
+            reply
+        }))
+    }
 }
 
 /// How a command is dispatched and described.
@@ -154,6 +222,7 @@ const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 pub static COMMANDS: &[Spec] = &[
     open(spec("AUTH", -2, NO_KEYS, "connection", "Authenticates the connection.", auth::run)),
     spec("CLIENT", -2, NO_KEYS, "connection", "Connection name, id and library info.", client::run),
+    spec("CLUSTER", -2, NO_KEYS, "cluster", "The ring in Redis Cluster form: SHARDS, SLOTS, NODES, INFO, KEYSLOT, MYID.", cluster::run),
     spec("COMMAND", -1, NO_KEYS, "server", "Describes the commands.", command::run),
     spec("CONFIG", -2, NO_KEYS, "server", "Reads configuration values (CONFIG GET).", config::run),
     spec("DBSIZE", 1, NO_KEYS, "server", "Number of keys.", dbsize::run),
@@ -180,7 +249,9 @@ pub static COMMANDS: &[Spec] = &[
     spec("SCAN", -2, NO_KEYS, "generic", "Iterates over keys with a cursor.", scan::run),
     spec("SELECT", 2, NO_KEYS, "connection", "Selects database 0 (the only one).", select::run),
     write(spec("SET", -3, ONE_KEY, "string", "Sets a key's value.", set::run)),
-    spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum and epoch of a value.", strata_meta::run),
+    write(spec("STRATA.APPLY", -3, NO_KEYS, "strata", "Internal: applies a forwarded delete or TTL change.", strata_apply::run)),
+    spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum, epoch and version of a value.", strata_meta::run),
+    write(spec("STRATA.REPLICATE", 5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),
     spec("STRLEN", 2, ONE_KEY, "string", "Length of a key's value.", strlen::run),
     spec("TTL", 2, ONE_KEY, "generic", "A key's time to live in seconds.", ttl::run),
     write(spec("UNLINK", -2, ALL_KEYS, "generic", "Deletes keys.", del::run)),
@@ -188,6 +259,11 @@ pub static COMMANDS: &[Spec] = &[
 
 /// Longest command name in the table; longer input cannot match.
 const MAX_NAME_LEN: usize = 16;
+
+/// Looks a command up for `STRATA.APPLY`.
+pub fn spec_of(name: &[u8]) -> Option<&'static Spec> {
+    lookup(name).map(|i| &COMMANDS[i])
+}
 
 fn lookup(name: &[u8]) -> Option<usize> {
     if name.len() > MAX_NAME_LEN {
@@ -228,11 +304,17 @@ pub fn execute(node: &Arc<Node>, session: &mut Session, args: &[Bytes], now_ms: 
     if !arity_ok(spec.arity, args.len()) {
         return CommandError::wrong_arity(spec.name).into();
     }
+    if spec.keys.0 > 0 && !node.cluster.standalone() {
+        if let Err(e) = node.cluster.route(keys_of(spec, args)) {
+            return e.into();
+        }
+    }
     let start = Instant::now();
     let mut ctx = Ctx {
         node,
         session,
         now_ms,
+        internal: false,
     };
     match (spec.run)(&mut ctx, args) {
         // Transfers are timed until they complete.
@@ -249,6 +331,24 @@ pub fn execute(node: &Arc<Node>, session: &mut Session, args: &[Bytes], now_ms: 
             out
         }
     }
+}
+
+/// The key arguments of a request, by the table's key positions.
+fn keys_of<'a>(spec: &Spec, args: &'a [Bytes]) -> impl Iterator<Item = &'a [u8]> {
+    let (first, last, step) = spec.keys;
+    let mut end = if last < 0 {
+        args.len() as i64 + i64::from(last)
+    } else {
+        i64::from(last)
+    };
+    // PREFIX's trailing `PIN ms` is an option, not two keys.
+    if spec.name == "PREFIX" && args.len() >= 4 && args[args.len() - 2].eq_ignore_ascii_case(b"PIN")
+    {
+        end -= 2;
+    }
+    (first as usize..=end.max(0) as usize)
+        .step_by(step.max(1) as usize)
+        .filter_map(move |i| args.get(i).map(|b| &b[..]))
 }
 
 fn no_auth() -> Out {

@@ -8,6 +8,7 @@ use strata_tiering::{Condition, Expiry};
 
 use super::put::{prepare, pull};
 use super::{own_key, Ctx, Out};
+use crate::cluster::replicate;
 use crate::node::now_ms;
 
 /// A batch is one request's worth of blocks; larger ones are split by the
@@ -27,11 +28,24 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         let prepared = prepare(ctx.node, &kv[1]);
         let node = ctx.node.clone();
         let key = own_key(&kv[0]);
+        let targets = if ctx.internal {
+            Vec::new()
+        } else {
+            replicate::targets(&node, &key, node.cfg.replica_num as usize)
+        };
         tasks.push(tokio::spawn(async move {
             let (desc, res) = prepared?;
             pull(&node, &desc, &res).await?;
-            node.store
-                .commit(key, res, Condition::Always, Expiry::Persist, now_ms());
+            node.store.commit(
+                key.clone(),
+                res,
+                Condition::Always,
+                Expiry::Persist,
+                now_ms(),
+            );
+            if let Some(value) = node.store.peek(&key, now_ms()) {
+                replicate::push(&node, key, value, None, targets).await;
+            }
             Ok::<(), CommandError>(())
         }));
     }

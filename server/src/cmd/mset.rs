@@ -24,6 +24,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             Err(e) => return store_error(e).into(),
         }
     }
+    let keys = items.iter().map(|(k, _)| k.clone()).collect();
     store.commit_all(items, ctx.now_ms);
-    Reply::Ok.into()
+    ctx.replicate(keys, None, Reply::Ok)
 }

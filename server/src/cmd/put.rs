@@ -1,4 +1,4 @@
-//! `PUT key desc [NX] [TTL ms]`: the node pulls the value from the
+//! `PUT key desc [NX] [TTL ms] [REPLICAS n]`: the node pulls the value from the
 //! client's memory with a one-sided read, straight into a reserved arena
 //! chunk, and publishes it only once every byte has arrived. A failed or
 //! cut transfer frees the chunk: nothing partial is ever visible, and an
@@ -10,10 +10,11 @@ use strata_rdma::{Descriptor, Transport};
 use strata_tiering::{Condition, Expiry, Reservation};
 
 use super::{desc_arg, int_arg, own_key, store_error, transfer_error, Ctx, Out};
+use crate::cluster::replicate;
 use crate::node::{now_ms, Node};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    let (cond, expiry) = match parse_options(&args[3..], ctx.now_ms) {
+    let (cond, expiry, copies) = match parse_options(&args[3..], ctx.now_ms) {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
@@ -27,17 +28,23 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     };
     let node = ctx.node.clone();
     let key = own_key(&args[1]);
+    let copies = copies.unwrap_or(node.cfg.replica_num) as usize;
+    let targets = if ctx.internal {
+        Vec::new()
+    } else {
+        replicate::targets(&node, &key, copies)
+    };
     Out::Later(Box::pin(async move {
-        match pull(&node, &desc, &res).await {
-            Ok(()) => {
-                if node.store.commit(key, res, cond, expiry, now_ms()) {
-                    Reply::Ok
-                } else {
-                    Reply::Nil
-                }
-            }
-            Err(e) => e.into(),
+        if let Err(e) = pull(&node, &desc, &res).await {
+            return e.into();
         }
+        if !node.store.commit(key.clone(), res, cond, expiry, now_ms()) {
+            return Reply::Nil;
+        }
+        if let Some((value, exp)) = node.store.peek_with_expiry(&key, now_ms()) {
+            replicate::push(&node, key, value, exp, targets).await;
+        }
+        Reply::Ok
     }))
 }
 
@@ -76,9 +83,13 @@ pub async fn pull(node: &Node, desc: &Descriptor, res: &Reservation) -> Result<(
         .map_err(transfer_error)
 }
 
-fn parse_options(opts: &[Bytes], now_ms: u64) -> Result<(Condition, Expiry), CommandError> {
+fn parse_options(
+    opts: &[Bytes],
+    now_ms: u64,
+) -> Result<(Condition, Expiry, Option<u32>), CommandError> {
     let mut cond = Condition::Always;
     let mut expiry = Expiry::Persist;
+    let mut copies = None;
     let mut i = 0;
     while i < opts.len() {
         match opts[i].to_ascii_uppercase().as_slice() {
@@ -93,9 +104,17 @@ fn parse_options(opts: &[Bytes], now_ms: u64) -> Result<(Condition, Expiry), Com
                 expiry = Expiry::At(at);
                 i += 1;
             }
+            b"REPLICAS" if copies.is_none() => {
+                let n = int_arg(opts.get(i + 1).ok_or_else(CommandError::syntax)?)?;
+                if !(1..=8).contains(&n) {
+                    return Err(CommandError::err("REPLICAS must be between 1 and 8"));
+                }
+                copies = Some(n as u32);
+                i += 1;
+            }
             _ => return Err(CommandError::syntax()),
         }
         i += 1;
     }
-    Ok((cond, expiry))
+    Ok((cond, expiry, copies))
 }

@@ -1,4 +1,4 @@
-//! `SET key value [NX|XX] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`.
+//! `SET key value [NX|XX] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL] [REPLICAS n]`.
 //!
 //! The value is copied once, from the request buffer into a reserved arena
 //! chunk, outside every lock; the write becomes visible atomically at
@@ -12,7 +12,7 @@ use strata_tiering::{Condition, Expiry};
 use super::{int_arg, own_key, store_error, Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    let (cond, expiry) = match parse_options(&args[3..], ctx.now_ms, "set") {
+    let (cond, expiry, copies) = match parse_options(&args[3..], ctx.now_ms, "set") {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
@@ -28,8 +28,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         Err(e) => return store_error(e).into(),
     };
     res.as_mut_slice().copy_from_slice(value);
-    if store.commit(own_key(key), res, cond, expiry, ctx.now_ms) {
-        Reply::Ok.into()
+    let key = own_key(key);
+    if store.commit(key.clone(), res, cond, expiry, ctx.now_ms) {
+        ctx.replicate(vec![key], copies, Reply::Ok)
     } else {
         Reply::Nil.into()
     }
@@ -41,9 +42,10 @@ pub fn parse_options(
     opts: &[Bytes],
     now_ms: u64,
     cmd: &str,
-) -> Result<(Condition, Expiry), CommandError> {
+) -> Result<(Condition, Expiry, Option<u32>), CommandError> {
     let mut cond = Condition::Always;
     let mut expiry = None;
+    let mut copies = None;
     let mut i = 0;
     while i < opts.len() {
         let o = opts[i].to_ascii_uppercase();
@@ -57,6 +59,14 @@ pub fn parse_options(
                 } else {
                     Condition::IfPresent
                 };
+            }
+            b"REPLICAS" => {
+                let n = int_arg(opts.get(i + 1).ok_or_else(CommandError::syntax)?)?;
+                if copies.is_some() || !(1..=8).contains(&n) {
+                    return Err(CommandError::err("REPLICAS must be between 1 and 8"));
+                }
+                copies = Some(n as u32);
+                i += 1;
             }
             b"KEEPTTL" => {
                 if expiry.is_some() {
@@ -93,7 +103,7 @@ pub fn parse_options(
         }
         i += 1;
     }
-    Ok((cond, expiry.unwrap_or(Expiry::Persist)))
+    Ok((cond, expiry.unwrap_or(Expiry::Persist), copies))
 }
 
 #[cfg(test)]
@@ -105,7 +115,7 @@ mod tests {
             .iter()
             .map(|s| Bytes::copy_from_slice(s.as_bytes()))
             .collect();
-        parse_options(&v, 1000, "set")
+        parse_options(&v, 1000, "set").map(|(c, e, _)| (c, e))
     }
 
     #[test]
@@ -135,5 +145,27 @@ mod tests {
         assert!(p(&["EX", "-1"]).is_err());
         assert!(p(&["EX", "9223372036854775807"]).is_err());
         assert_eq!(p(&["GET"]).unwrap_err(), CommandError::syntax());
+        let v = |o: &[&str]| {
+            o.iter()
+                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            parse_options(&v(&["REPLICAS", "2"]), 0, "set").unwrap().2,
+            Some(2)
+        );
+        assert!(parse_options(&v(&["REPLICAS", "0"]), 0, "set").is_err());
+        assert!(parse_options(&v(&["REPLICAS", "9"]), 0, "set").is_err());
+        let v = |o: &[&str]| {
+            o.iter()
+                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            parse_options(&v(&["REPLICAS", "2"]), 0, "set").unwrap().2,
+            Some(2)
+        );
+        assert!(parse_options(&v(&["REPLICAS", "0"]), 0, "set").is_err());
+        assert!(parse_options(&v(&["REPLICAS", "9"]), 0, "set").is_err());
     }
 }

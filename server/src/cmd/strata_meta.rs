@@ -22,6 +22,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             Reply::text(&format!("crc32c:{:08x}", m.checksum)),
         ),
         (Reply::text("epoch"), Reply::Int(m.epoch as i64)),
+        (Reply::text("version"), Reply::Int(m.version as i64)),
         (Reply::text("ttl_ms"), Reply::Int(ttl_ms)),
     ])
     .into()

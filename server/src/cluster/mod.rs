@@ -1,0 +1,138 @@
+//! Where keys live: this node's view of the ring, and routing.
+//!
+//! Standalone, the ring is this node alone and owns every slot. With
+//! `metadata_server` set, [`membership`] keeps the ring in step with the
+//! node records in etcd. Every key command is checked here first: keys of
+//! one request must share a slot (`-CROSSSLOT`), and a slot owned by another
+//! node is answered `-MOVED slot host:port`, as in Redis Cluster, so
+//! cluster-aware Redis clients route by themselves.
+
+pub mod membership;
+pub mod peer;
+pub mod repair;
+pub mod replicate;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use strata_proto::{CommandError, ErrorCode};
+use strata_ring::{key_slot, NodeRecord, Ring};
+
+/// This node's view of the cluster.
+pub struct Cluster {
+    /// This node's own record (usage figures are refreshed on publish).
+    pub me: NodeRecord,
+    standalone: bool,
+    ring: RwLock<Arc<Ring>>,
+    /// Bumped on every ring change; `CLUSTER INFO`'s epoch.
+    pub ring_version: AtomicU64,
+    /// Whether the last exchange with etcd succeeded.
+    pub etcd_healthy: AtomicBool,
+    /// Successful (re)registrations with etcd.
+    pub etcd_sessions: AtomicU64,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("me", &self.me.id).finish()
+    }
+}
+
+impl Cluster {
+    pub fn new(me: NodeRecord, standalone: bool) -> Cluster {
+        // A cluster member owns nothing until it has heard from etcd:
+        // claiming every slot alone would serve writes nobody else can find.
+        let ring = if standalone {
+            Ring::single(me.clone())
+        } else {
+            Ring::new(Vec::new())
+        };
+        Cluster {
+            me,
+            standalone,
+            ring: RwLock::new(Arc::new(ring)),
+            ring_version: AtomicU64::new(1),
+            etcd_healthy: AtomicBool::new(standalone),
+            etcd_sessions: AtomicU64::new(0),
+        }
+    }
+
+    pub fn standalone(&self) -> bool {
+        self.standalone
+    }
+
+    pub fn ring(&self) -> Arc<Ring> {
+        self.ring.read().clone()
+    }
+
+    /// Installs a new ring; returns the previous one.
+    pub fn set_ring(&self, ring: Ring) -> Arc<Ring> {
+        let old = std::mem::replace(&mut *self.ring.write(), Arc::new(ring));
+        self.ring_version.fetch_add(1, Relaxed);
+        old
+    }
+
+    /// Checks that this node owns every key of a request. Keys may be in
+    /// different slots as long as this node owns them all (a superset of
+    /// Redis Cluster's same-slot rule that lets a batch of KV-cache blocks
+    /// go to their owner in one request). Keys owned elsewhere get `-MOVED`
+    /// to the first key's owner; keys split across nodes get `-CROSSSLOT`.
+    pub fn route<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Result<(), CommandError> {
+        if self.standalone {
+            return Ok(());
+        }
+        let ring = self.ring.read();
+        let mut first: Option<(u16, &NodeRecord)> = None;
+        for key in keys {
+            let slot = key_slot(key);
+            let Some(owner) = ring.owner(slot) else {
+                return Err(CommandError::new(
+                    ErrorCode::ClusterDown,
+                    "Hash slot not served: this node has not joined the cluster yet",
+                ));
+            };
+            match first {
+                None => first = Some((slot, owner)),
+                Some((_, o)) if o.id == owner.id => {}
+                Some(_) => {
+                    return Err(CommandError::new(
+                        ErrorCode::CrossSlot,
+                        "Keys in request don't hash to the same slot (nor to slots of one node)",
+                    ))
+                }
+            }
+        }
+        match first {
+            Some((slot, owner)) if owner.id != self.me.id => Err(CommandError::new(
+                ErrorCode::Moved,
+                format!("{slot} {}", owner.resp_addr),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Redis Cluster node ids are 40 hex characters; clients parse them. This
+/// derives one from the strata id, stable across restarts.
+pub fn hex_id(id: &str) -> String {
+    let a = xxhash_rust::xxh3::xxh3_128(id.as_bytes());
+    let b = xxhash_rust::xxh3::xxh3_64_with_seed(id.as_bytes(), 1);
+    format!("{a:032x}{:08x}", b as u32)
+}
+
+/// Is `key`'s slot one of those this node holds a copy for (owner or
+/// replica) under `ring` with `copies` copies?
+pub fn holds(ring: &Ring, me: &str, slot: u16, copies: usize) -> bool {
+    ring.replicas(slot, copies).iter().any(|n| n.id == me)
+}
+
+pub fn split_addr(addr: &str) -> (&str, u16) {
+    match addr.rsplit_once(':') {
+        Some((h, p)) => (
+            h.trim_start_matches('[').trim_end_matches(']'),
+            p.parse().unwrap_or(0),
+        ),
+        None => (addr, 0),
+    }
+}

@@ -1,0 +1,84 @@
+//! Repair after the ring changed: every key whose slot got a different
+//! replica set is pushed by the nodes that hold it to the members that
+//! should; a node no longer in a key's set hands its copy off and then
+//! drops it (sheds). Versions make every push idempotent, so overlapping
+//! repairs and concurrent writes never lose the newest value.
+//!
+//! Runs in the background, one key at a time (each push to its targets
+//! concurrently), and stops early when a newer ring arrives; the next run
+//! diffs against the last ring that was fully repaired, so nothing is
+//! skipped.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use strata_ring::{key_slot, Ring, SLOTS};
+
+use super::replicate;
+use crate::node::{now_ms, Node};
+
+/// Keys looked at per scan step.
+const SCAN_BATCH: usize = 256;
+
+/// Slots whose replica set differs between the two rings.
+fn changed_slots(old: &Ring, new: &Ring, copies: usize) -> Vec<bool> {
+    (0..SLOTS)
+        .map(|s| {
+            let a: Vec<&str> = old
+                .replicas(s, copies)
+                .iter()
+                .map(|n| n.id.as_str())
+                .collect();
+            let b: Vec<&str> = new
+                .replicas(s, copies)
+                .iter()
+                .map(|n| n.id.as_str())
+                .collect();
+            a != b
+        })
+        .collect()
+}
+
+/// Repairs from `base` (the last fully repaired ring) to the current ring.
+/// Returns false if a newer ring arrived first.
+pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: u64) -> bool {
+    let copies = node.cfg.replica_num as usize;
+    let changed = changed_slots(&base, &ring, copies);
+    let me = node.cluster.me.id.clone();
+    let mut cursor = 0u64;
+    let (mut pushed, mut shed) = (0u64, 0u64);
+    loop {
+        let (next, keys) = node.store.scan(cursor, SCAN_BATCH, now_ms(), |k| {
+            changed[usize::from(key_slot(k))]
+        });
+        for key in keys {
+            if node.repair_generation() != generation {
+                return false;
+            }
+            let Some((value, expire)) = node.store.peek_with_expiry(&key, now_ms()) else {
+                continue;
+            };
+            let set = ring.replicas(key_slot(&key), copies);
+            let mine = set.iter().any(|n| n.id == me);
+            let targets: Vec<_> = set.into_iter().filter(|n| n.id != me).cloned().collect();
+            let want = targets.len();
+            let version = value.version();
+            let ok = replicate::push(&node, key.clone(), value, expire, targets).await;
+            pushed += ok as u64;
+            if !mine && ok == want && want > 0 && node.store.delete_version(&key, version, now_ms())
+            {
+                shed += 1;
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let c = &node.metrics.counters;
+    c.repair_pushes_total.fetch_add(pushed, Relaxed);
+    c.repair_shed_total.fetch_add(shed, Relaxed);
+    c.repair_runs_total.fetch_add(1, Relaxed);
+    tracing::info!(pushed, shed, "repair done");
+    true
+}

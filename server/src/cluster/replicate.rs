@@ -1,0 +1,118 @@
+//! Copies of values on other nodes.
+//!
+//! After a write is committed, the node that accepted it asks each other
+//! member of the key's replica set to pull the value from it: it leases the
+//! value, sends `STRATA.REPLICATE key source-desc version expire_at`, and
+//! the replica reads the bytes with a one-sided read from this node's data
+//! plane — payloads never go back through the client. A replica keeps a
+//! copy only if it is newer (by version) than what it has, so repeated or
+//! reordered pushes are harmless. Deletes and TTL changes are forwarded as
+//! `STRATA.APPLY <command> ...`.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use strata_rdma::Transport;
+use strata_ring::{key_slot, NodeRecord};
+use strata_tiering::Value;
+
+use crate::node::{now_ms, Node};
+
+/// An internal lease covers the replica's pull of even a 512 MiB value.
+const PUSH_LEASE_MS: u64 = 60_000;
+
+/// The other members of `key`'s replica set with `copies` copies.
+pub fn targets(node: &Node, key: &[u8], copies: usize) -> Vec<NodeRecord> {
+    if node.cluster.standalone() || copies <= 1 {
+        return Vec::new();
+    }
+    let ring = node.cluster.ring();
+    ring.replicas(key_slot(key), copies)
+        .into_iter()
+        .filter(|n| n.id != node.cluster.me.id)
+        .cloned()
+        .collect()
+}
+
+/// Pushes `value` to `targets` concurrently; returns how many now hold it.
+pub async fn push(
+    node: &Arc<Node>,
+    key: Bytes,
+    value: Value,
+    expire_at_ms: Option<u64>,
+    targets: Vec<NodeRecord>,
+) -> usize {
+    if targets.is_empty() {
+        return 0;
+    }
+    let src = match node.transport.describe(
+        &node.arena_region,
+        node.arena_offset(value.addr()),
+        value.len(),
+        Some(value.epoch()),
+    ) {
+        Ok(d) => d.to_string(),
+        Err(e) => {
+            tracing::warn!("cannot describe a value for replication: {e}");
+            return 0;
+        }
+    };
+    let version = value.version().to_string();
+    let expire = expire_at_ms.unwrap_or(0).to_string();
+    let lease = node.leases.grant(vec![value], now_ms() + PUSH_LEASE_MS);
+    let mut calls = Vec::with_capacity(targets.len());
+    for t in targets {
+        let node = node.clone();
+        let (key, src, version, expire) =
+            (key.clone(), src.clone(), version.clone(), expire.clone());
+        calls.push(tokio::spawn(async move {
+            let args: [&[u8]; 5] = [
+                b"STRATA.REPLICATE",
+                &key,
+                src.as_bytes(),
+                version.as_bytes(),
+                expire.as_bytes(),
+            ];
+            node.peers.call(&t.resp_addr, &args).await
+        }));
+    }
+    let mut ok = 0;
+    for c in calls {
+        match c.await {
+            Ok(Ok(_)) => {
+                ok += 1;
+                node.metrics
+                    .counters
+                    .replica_pushes_total
+                    .fetch_add(1, Relaxed);
+            }
+            Ok(Err(e)) => {
+                node.metrics
+                    .counters
+                    .replica_push_errors_total
+                    .fetch_add(1, Relaxed);
+                tracing::debug!("replication: {e}");
+            }
+            Err(e) => tracing::warn!("replication task failed: {e}"),
+        }
+    }
+    node.leases.release(lease);
+    ok
+}
+
+/// Forwards a delete or TTL change to `targets`; best effort (repair and
+/// versions cover a replica that missed it).
+pub async fn forward(node: &Arc<Node>, targets: Vec<NodeRecord>, args: Vec<Bytes>) {
+    let mut full: Vec<&[u8]> = vec![b"STRATA.APPLY"];
+    full.extend(args.iter().map(|a| &a[..]));
+    for t in targets {
+        if let Err(e) = node.peers.call(&t.resp_addr, &full).await {
+            node.metrics
+                .counters
+                .replica_push_errors_total
+                .fetch_add(1, Relaxed);
+            tracing::debug!("forwarding to {}: {e}", t.id);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `STRATA.REPLICATE key source-desc version expire_at_ms` (internal): the
+//! node that accepted a write asks this one to hold a copy. This node pulls
+//! the bytes from the source with a one-sided read and keeps them only if
+//! they are newer than its own copy; an up-to-date copy answers at once
+//! without any transfer. `expire_at_ms` 0 means no expiry.
+
+use bytes::Bytes;
+use strata_proto::{CommandError, ErrorCode, Reply};
+use strata_rdma::Transport;
+
+use super::put::pull;
+use super::{desc_arg, int_arg, own_key, store_error, Ctx, Out};
+use crate::node::now_ms;
+
+pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    let (version, expire) = match (int_arg(&args[3]), int_arg(&args[4])) {
+        (Ok(v), Ok(e)) if v >= 0 && e >= 0 => (v as u64, (e > 0).then_some(e as u64)),
+        _ => return CommandError::not_integer().into(),
+    };
+    let node = ctx.node;
+    if node
+        .store
+        .version_of(&args[1], ctx.now_ms)
+        .is_some_and(|v| v >= version)
+    {
+        return Reply::Ok.into();
+    }
+    let desc = match desc_arg(&args[2]) {
+        Ok(d) if d.transport == node.transport.kind() && d.epoch.is_some() => d,
+        Ok(_) => {
+            return CommandError::new(
+                ErrorCode::BadDesc,
+                "a replication source needs this transport and an epoch",
+            )
+            .into()
+        }
+        Err(e) => return e.into(),
+    };
+    let res = match node.store.reserve(desc.len) {
+        Ok(r) => r,
+        Err(e) => return store_error(e).into(),
+    };
+    let node = node.clone();
+    let key = own_key(&args[1]);
+    Out::Later(Box::pin(async move {
+        match pull(&node, &desc, &res).await {
+            Ok(()) => {
+                node.store.commit_copy(key, res, version, expire, now_ms());
+                Reply::Ok
+            }
+            Err(e) => e.into(),
+        }
+    }))
+}
