@@ -7,6 +7,18 @@
 //! leases the value and the client pulls it into a registered buffer, then
 //! releases the lease. Inline `set`/`get` exist for small values and tools.
 //!
+//! ```no_run
+//! # async fn demo() -> strata_client::Result<()> {
+//! let client = strata_client::Client::connect("127.0.0.1:7379").await?;
+//! let mut buf = client.alloc(1 << 20)?;
+//! buf.as_mut_slice().fill(7);
+//! client.put_from(b"block-0", &buf, 0..1 << 20).await?;
+//! let n = client.get_into(b"block-0", &mut buf, 0).await?;
+//! assert_eq!(n, 1 << 20);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! This crate never depends on the server; everything it knows about a node
 //! is in `docs/PROTOCOL.md`.
 
