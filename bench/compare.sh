@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Side-by-side comparison on this machine, in one go (< 5 minutes):
+# strata zero-copy, strata inline, Redis 7 (inline), Mooncake Store
+# (zero-copy, cross-process) and iperf3 (one loopback TCP stream, the
+# ceiling); sizes 64 KiB, 1 MiB, 4 MiB; 1 and 4 clients. Every value read
+# is verified. JSON lines go to $RESULTS, a table to stdout.
+#
+# Setup (packages, Mooncake venv, release build) runs first, with network;
+# the measurements then run inside `unshare -n` (only `lo`), because
+# Mooncake's listeners bind 0.0.0.0.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+OUT=${OUT:-$CARGO_TARGET_DIR/compare}
+RESULTS=${RESULTS:-$OUT/results.jsonl}
+VENV=${VENV:-$CARGO_TARGET_DIR/mooncake-venv}
+SIZES=${SIZES:-64KiB,1MiB,4MiB}
+CLIENTS=${CLIENTS:-"1 4"}
+DURATION=${DURATION:-2}   # seconds per phase
+KEYS=${KEYS:-64}
+
+if [[ "${1:-}" != --inner ]]; then
+    need=()
+    for p in redis-server iperf3 libibverbs1 libnuma1 libcurl4; do
+        dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+    done
+    if ((${#need[@]})); then
+        apt-get update -q && apt-get install -y -q "${need[@]}"
+    fi
+    if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import mooncake.store, numpy' 2>/dev/null; then
+        python3 -m venv "$VENV"
+        "$VENV/bin/pip" install -q mooncake-transfer-engine-non-cuda==0.3.13.post1 numpy
+    fi
+    (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench)
+    mkdir -p "$OUT"
+    : >"$RESULTS"
+    echo "load before: $(uptime)" >&2
+    exec unshare -n -- "$0" --inner
+fi
+
+ip link set lo up
+BIN=$CARGO_TARGET_DIR/release
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+
+bench() { # system api addr target
+    for c in $CLIENTS; do
+        "$BIN/strata-bench" --target "$4" --addr "$3" --api "$2" --system "$1" --sizes "$SIZES" \
+            --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" 2>>"$OUT/bench.log"
+    done
+}
+
+# strata
+SP=$(free_port); DP=$(free_port); MP=$(free_port)
+"$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" 2>"$OUT/strata.log" &
+PIDS+=($!)
+wait_port "$SP"
+bench strata zerocopy "127.0.0.1:$SP" strata
+bench strata inline "127.0.0.1:$SP" strata
+kill "${PIDS[-1]}"
+
+# Redis 7, inline SET/GET through the same client
+RP=$(free_port)
+redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --daemonize no \
+    --proto-max-bulk-len 64mb >"$OUT/redis.log" 2>&1 &
+PIDS+=($!)
+wait_port "$RP"
+bench redis inline "127.0.0.1:$RP" redis
+kill "${PIDS[-1]}"
+
+# Mooncake Store: master + holder + bench, all started by the script
+for c in $CLIENTS; do
+    "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --sizes "$SIZES" --keys "$KEYS" -c "$c" \
+        --duration "$DURATION" --json "$RESULTS" 2>>"$OUT/mooncake.log"
+done
+
+# iperf3: one loopback stream, the ceiling for any TCP data plane
+IP=$(free_port)
+iperf3 -s -B 127.0.0.1 -p "$IP" >"$OUT/iperf3-server.log" 2>&1 &
+PIDS+=($!)
+wait_port "$IP"
+iperf3 -c 127.0.0.1 -p "$IP" -t 3 -J >"$OUT/iperf3.json"
+python3 - "$OUT/iperf3.json" >>"$RESULTS" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["end"]["sum_received"]
+print(json.dumps({"system": "iperf3", "scenario": "c1", "api": "tcp", "threads": 1, "procs": 1,
+                  "size": 0, "op": "stream", "n": 1, "secs": r["seconds"], "ops_s": 0,
+                  "GBps": r["bits_per_second"] / 8e9, "p50_us": 0, "p99_us": 0, "p999_us": 0,
+                  "errors": 0, "mismatches": 0}))
+PY
+
+python3 "$ROOT/bench/compare_table.py" "$RESULTS"

@@ -1,0 +1,33 @@
+//! strata's Rust SDK.
+//!
+//! A [`Client`] holds one RESP command connection to a node and its own
+//! data-plane listener ([`strata_rdma::tcp::TcpTransport`]). Payloads never
+//! cross the command connection on the zero-copy path: for a PUT the node
+//! pulls the bytes from a registered client [`Buffer`]; for a GET the node
+//! leases the value and the client pulls it into a registered buffer, then
+//! releases the lease. Inline `set`/`get` exist for small values and tools.
+//!
+//! ```no_run
+//! # async fn demo() -> strata_client::Result<()> {
+//! let client = strata_client::Client::connect("127.0.0.1:7379").await?;
+//! let mut buf = client.alloc(1 << 20)?;
+//! buf.as_mut_slice().fill(7);
+//! client.put_from(b"block-0", &buf, 0..1 << 20).await?;
+//! let n = client.get_into(b"block-0", &mut buf, 0).await?;
+//! assert_eq!(n, 1 << 20);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! This crate never depends on the server; everything it knows about a node
+//! is in `docs/PROTOCOL.md`.
+
+mod buffer;
+mod client;
+mod conn;
+mod error;
+
+pub use buffer::Buffer;
+pub use client::{Client, ClientConfig, BATCH_MAX};
+pub use error::{Error, Result};
+pub use strata_rdma::Descriptor;

@@ -1,0 +1,333 @@
+//! Zero-copy commands (PUT, MPUT, GET with descriptor, RELEASE, PREFIX)
+//! against a real node: payloads move over the data plane only.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{info_field, pattern, wait_for, Node};
+use strata_client::{Client, Error};
+
+const MIB: usize = 1 << 20;
+
+/// Puts `pattern(key, len)` and reads it back into a fresh buffer.
+async fn round_trip(c: &Client, key: &str, len: usize) {
+    let value = pattern(key.as_bytes(), len);
+    let mut src = c.alloc(len).expect("alloc");
+    src.as_mut_slice().copy_from_slice(&value);
+    c.put_from(key.as_bytes(), &src, 0..len)
+        .await
+        .expect("put_from");
+    // Read at an offset into a larger buffer, to check offsets are honoured.
+    let mut dst = c.alloc(len + 100).expect("alloc");
+    let n = c
+        .get_into(key.as_bytes(), &mut dst, 100)
+        .await
+        .expect("get_into");
+    assert_eq!(n, len, "{key}: length");
+    assert!(
+        dst.as_slice()[100..] == value[..],
+        "{key}: content of {len} bytes differs"
+    );
+    assert!(
+        dst.as_slice()[..100].iter().all(|&b| b == 0),
+        "{key}: wrote before the offset"
+    );
+}
+
+#[tokio::test]
+async fn round_trips_sequential() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    for len in [1, 4096, MIB, 64 * MIB] {
+        round_trip(&c, &format!("seq-{len}"), len).await;
+    }
+    // Overwrite with a different size, then read back.
+    round_trip(&c, "seq-1", 4096).await;
+    // The inline GET sees the same bytes.
+    let inline = c.get(b"seq-4096").await.expect("get").expect("present");
+    assert!(inline[..] == pattern(b"seq-4096", 4096)[..]);
+}
+
+#[tokio::test]
+async fn round_trips_from_16_concurrent_tasks() {
+    let node = Node::start(&["--cpu-memory-pool-size", "2GiB"]);
+    let shared = Arc::new(node.client().await);
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let shared = shared.clone();
+            let addr = node.addr();
+            tokio::spawn(async move {
+                // Half the tasks share one client, half have their own.
+                let own;
+                let c: &Client = if t % 2 == 0 {
+                    &shared
+                } else {
+                    own = Client::connect(addr).await.expect("connect");
+                    &own
+                };
+                for len in [1, 4096, MIB] {
+                    round_trip(c, &format!("t{t}-{len}"), len).await;
+                }
+                if t < 2 {
+                    round_trip(c, &format!("t{t}-big"), 64 * MIB).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+}
+
+#[tokio::test]
+async fn batch_of_32() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let keys: Vec<String> = (0..32).map(|i| format!("batch-{i}")).collect();
+    let sizes: Vec<usize> = (0..32).map(|i| 1 + i * 4099).collect();
+    let mut srcs = Vec::new();
+    for (key, &len) in keys.iter().zip(&sizes) {
+        let mut b = c.alloc(len).expect("alloc");
+        b.as_mut_slice()
+            .copy_from_slice(&pattern(key.as_bytes(), len));
+        srcs.push(b);
+    }
+    let items: Vec<_> = keys
+        .iter()
+        .zip(&srcs)
+        .map(|(k, b)| (k.as_str(), b, 0..b.len()))
+        .collect();
+    for (i, r) in c.put_many(&items).await.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("put {i}: {e}"));
+    }
+    let mut dsts: Vec<_> = sizes
+        .iter()
+        .map(|&len| c.alloc(len).expect("alloc"))
+        .collect();
+    let mut gets: Vec<_> = keys
+        .iter()
+        .zip(dsts.iter_mut())
+        .map(|(k, b)| (k.as_str(), b, 0))
+        .collect();
+    // One missing key in the batch fails alone.
+    let mut missing = c.alloc(16).expect("alloc");
+    gets.push(("batch-missing", &mut missing, 0));
+    let results = c.get_many(&mut gets).await;
+    assert!(
+        matches!(results[32], Err(Error::NotFound)),
+        "{:?}",
+        results[32]
+    );
+    for (i, r) in results.into_iter().take(32).enumerate() {
+        assert_eq!(r.unwrap_or_else(|e| panic!("get {i}: {e}")), sizes[i]);
+    }
+    for ((key, b), len) in keys.iter().zip(&dsts).zip(&sizes) {
+        assert!(b.as_slice() == &pattern(key.as_bytes(), *len)[..], "{key}");
+    }
+    // Every lease went back: the node holds none for this connection.
+    let leases = info_field(&c, "all", "leases_out").await;
+    assert_eq!(leases, 0);
+}
+
+#[tokio::test]
+async fn prefix_counts_the_leading_present_keys() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let b = c.alloc(4096).expect("alloc");
+    for k in ["p0", "p1", "p2", "p4"] {
+        c.put_from(k.as_bytes(), &b, 0..4096).await.expect("put");
+    }
+    assert_eq!(
+        c.prefix(&["p0", "p1", "p2", "p3", "p4"])
+            .await
+            .expect("prefix"),
+        3
+    );
+    assert_eq!(c.prefix(&["p3", "p0"]).await.expect("prefix"), 0);
+    assert_eq!(c.prefix::<&str>(&[]).await.expect("prefix"), 0);
+    // A key named PIN followed by an integer key is not the PIN option.
+    c.put_from(b"PIN", &b, 0..1).await.expect("put");
+    c.put_from(b"5", &b, 0..1).await.expect("put");
+    assert_eq!(c.prefix(&["p0", "PIN", "5"]).await.expect("prefix"), 3);
+    assert_eq!(c.prefix(&["p0", "PIN", "6"]).await.expect("prefix"), 2);
+}
+
+#[tokio::test]
+async fn missing_key_is_not_found() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let mut b = c.alloc(4096).expect("alloc");
+    assert!(matches!(
+        c.get_into(b"nope", &mut b, 0).await,
+        Err(Error::NotFound)
+    ));
+}
+
+#[tokio::test]
+async fn too_large_values_are_refused() {
+    let node = Node::start(&["--max-value-size", "1MiB"]);
+    let c = node.client().await;
+    let b = c.alloc(2 * MIB).expect("alloc");
+    let r = c.put_from(b"big", &b, 0..2 * MIB).await;
+    assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
+    assert!(!c.exists(b"big").await.expect("exists"));
+    // A value larger than the destination is refused before any transfer.
+    c.put_from(b"fits", &b, 0..MIB).await.expect("put");
+    let mut small = c.alloc(4096).expect("alloc");
+    let r = c.get_into(b"fits", &mut small, 0).await;
+    assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
+    let r = c.get_into(b"fits", &mut small, 4096).await;
+    assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn put_nx_keeps_the_first_value() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let mut b = c.alloc(64).expect("alloc");
+    b.as_mut_slice().fill(1);
+    assert!(c.put_from_nx(b"nx", &b, 0..64).await.expect("nx"));
+    b.as_mut_slice().fill(2);
+    assert!(!c.put_from_nx(b"nx", &b, 0..64).await.expect("nx"));
+    let got = c.get(b"nx").await.expect("get").expect("present");
+    assert!(got.iter().all(|&x| x == 1));
+}
+
+#[tokio::test]
+async fn deregistered_buffer_is_bad_descriptor_and_stores_nothing() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let b = c.alloc(4096).expect("alloc");
+    let desc = c.descriptor(&b, 0..4096).expect("descriptor");
+    b.close().await;
+    let r = c.put_desc(b"gone", &desc, false).await;
+    assert!(matches!(r, Err(Error::BadDescriptor(_))), "{r:?}");
+    assert!(!c.exists(b"gone").await.expect("exists"));
+    // The connection is still good.
+    c.set(b"after", b"x").await.expect("set");
+}
+
+/// Drops a client while the node is pulling a 64 MiB PUT from it: the old
+/// value stays (never a partial new one) and the node's memory returns to
+/// where it was. Retried when the transfer finished before the drop, which
+/// would prove nothing.
+#[tokio::test]
+async fn client_dropped_mid_transfer_leaves_no_partial_value() {
+    let node = Node::start(&[]);
+    let observer = node.client().await;
+    let old = pattern(b"cut", MIB);
+    observer.set(b"cut", &old).await.expect("set old");
+    let used_before = info_field(&observer, "tiers", "dram_used_bytes").await;
+    let mut caught = 0;
+    for _ in 0..5 {
+        let victim = node.client().await;
+        let mut b = victim.alloc(64 * MIB).expect("alloc");
+        b.as_mut_slice().fill(0xee);
+        let victim = Arc::new(victim);
+        let task = {
+            let victim = victim.clone();
+            tokio::spawn(async move { victim.put_from(b"cut", &b, 0..64 * MIB).await })
+        };
+        let started = wait_for(Duration::from_secs(10), || {
+            let v = victim.clone();
+            async move {
+                v.data_plane_stats()
+                    .connections_accepted
+                    .load(Ordering::SeqCst)
+                    > 0
+            }
+        })
+        .await;
+        assert!(
+            started,
+            "the node never connected to the client's data plane"
+        );
+        let finished = victim
+            .data_plane_stats()
+            .reads_served
+            .load(Ordering::SeqCst)
+            > 0;
+        task.abort();
+        let _ = task.await;
+        drop(victim);
+        if finished {
+            observer.set(b"cut", &old).await.expect("restore old");
+            continue;
+        }
+        caught += 1;
+        let got = observer.get(b"cut").await.expect("get");
+        assert!(
+            got.as_deref() == Some(&old[..]),
+            "partial or new value visible after a cut PUT"
+        );
+        let back = wait_for(Duration::from_secs(10), || {
+            let o = &observer;
+            async move { info_field(o, "tiers", "dram_used_bytes").await == used_before }
+        })
+        .await;
+        assert!(back, "dram_used_bytes did not return to {used_before}");
+    }
+    assert!(caught > 0, "every 64 MiB transfer finished before the drop");
+}
+
+/// More GETs than the node allows leases: the refused ones come back
+/// `BUSY` and are retried alone once the batch's leases are released.
+#[tokio::test]
+async fn batch_over_the_lease_limit_retries_busy_items() {
+    let node = Node::start(&["--max-leases", "4"]);
+    let c = node.client().await;
+    let keys: Vec<String> = (0..16).map(|i| format!("lease-{i}")).collect();
+    let mut src = c.alloc(256).expect("alloc");
+    for key in &keys {
+        src.as_mut_slice()
+            .copy_from_slice(&pattern(key.as_bytes(), 256));
+        c.put_from(key.as_bytes(), &src, 0..256).await.expect("put");
+    }
+    let mut dsts: Vec<_> = keys.iter().map(|_| c.alloc(256).expect("alloc")).collect();
+    let mut gets: Vec<_> = keys
+        .iter()
+        .zip(dsts.iter_mut())
+        .map(|(k, b)| (k.as_str(), b, 0))
+        .collect();
+    for (i, r) in c.get_many(&mut gets).await.into_iter().enumerate() {
+        assert_eq!(r.unwrap_or_else(|e| panic!("get {i}: {e}")), 256);
+    }
+    for (key, b) in keys.iter().zip(&dsts) {
+        assert!(b.as_slice() == &pattern(key.as_bytes(), 256)[..], "{key}");
+    }
+}
+
+/// A batch larger than one MPUT is split, and every item lands.
+#[tokio::test]
+async fn put_many_splits_batches_over_the_mput_limit() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    let n = strata_client::BATCH_MAX + 100;
+    let mut src = c.alloc(16 * n).expect("alloc");
+    for (i, chunk) in src.as_mut_slice().chunks_mut(16).enumerate() {
+        chunk.copy_from_slice(&(i as u128).to_le_bytes());
+    }
+    let keys: Vec<String> = (0..n).map(|i| format!("many-{i}")).collect();
+    let items: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), &src, 16 * i..16 * (i + 1)))
+        .collect();
+    assert!(c.put_many(&items).await.iter().all(Result::is_ok));
+    for i in [
+        0,
+        strata_client::BATCH_MAX - 1,
+        strata_client::BATCH_MAX,
+        n - 1,
+    ] {
+        let got = c
+            .get(keys[i].as_bytes())
+            .await
+            .expect("get")
+            .expect("present");
+        assert_eq!(&got[..], &(i as u128).to_le_bytes());
+    }
+}
