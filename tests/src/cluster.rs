@@ -8,7 +8,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use strata_ring::{key_slot, SLOTS};
+use strata_ring::{key_slot, NodeRecord, Ring, SLOTS};
 
 use crate::etcd::Etcd;
 use crate::{info_value, parse_reply, wait_until, within, RawConn, Resp, Server};
@@ -32,6 +32,8 @@ const CLIENT_BACKOFF: Duration = Duration::from_millis(20);
 /// started again after a kill with the same id, host and ports.
 pub struct ClusterNode {
     pub id: String,
+    pub host: String,
+    pub capacity_bytes: u64,
     args: Vec<String>,
     port: u16,
     metrics_port: u16,
@@ -102,6 +104,8 @@ impl Cluster {
         let server = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
         self.nodes.push(ClusterNode {
             id,
+            host: format!("h{i}"),
+            capacity_bytes: pool_bytes(pool),
             args,
             port: server.port(),
             metrics_port: server.metrics_port(),
@@ -126,6 +130,26 @@ impl Cluster {
         n.server = Some(Server::start_on(n.port, n.metrics_port, &args));
     }
 
+    /// The ring the running nodes should agree on, computed here with the
+    /// placement crate the servers use (placement reads only id, host and
+    /// capacity): the reference for where copies must be.
+    pub fn expected_ring(&self) -> Ring {
+        Ring::new(
+            self.nodes
+                .iter()
+                .filter(|n| n.is_running())
+                .map(|n| NodeRecord {
+                    id: n.id.clone(),
+                    resp_addr: n.addr().to_string(),
+                    data_addr: String::new(),
+                    host: n.host.clone(),
+                    capacity_bytes: n.capacity_bytes,
+                    tiers: Vec::new(),
+                })
+                .collect(),
+        )
+    }
+
     pub fn node(&self, i: usize) -> &Server {
         self.nodes[i].server()
     }
@@ -146,39 +170,42 @@ impl Cluster {
         ClusterClient::new(self.nodes.iter().map(ClusterNode::addr).collect())
     }
 
-    /// Panics unless every running node reports `ring_nodes:n` within
+    /// Panics unless every running node has `n` nodes on its ring within
     /// [`RING_TIMEOUT`].
     pub fn wait_ring(&self, n: usize) {
-        self.wait_info("ring_nodes", n as u64);
+        self.wait_metric("strata_ring_nodes", n as f64);
     }
 
-    /// Panics unless every running node's `INFO cluster` shows
-    /// `field:value` within [`RING_TIMEOUT`].
-    pub fn wait_info(&self, field: &str, value: u64) {
+    /// Panics unless every running node exports `name value` on
+    /// `/metrics` within [`RING_TIMEOUT`]. (Read from `/metrics`, not
+    /// `INFO cluster`, which the tests check on their own.)
+    pub fn wait_metric(&self, name: &str, value: f64) {
         let ok = wait_until(within(RING_TIMEOUT), || {
-            self.live()
-                .all(|s| info_cluster_field(s, field) == Some(value))
+            self.live().all(|s| s.try_metric(name) == Some(value))
         });
         assert!(
             ok,
-            "not every node reached {field}:{value} within {RING_TIMEOUT:?}: {:?}",
+            "not every node reached {name} {value} within {RING_TIMEOUT:?}: {:?}",
             self.live()
-                .map(|s| (s.port(), info_cluster_field(s, field)))
+                .map(|s| (s.port(), s.try_metric(name)))
                 .collect::<Vec<_>>()
         );
     }
 
-    /// `DBSIZE` summed over the running nodes (owners' and replicas'
-    /// copies alike).
-    pub fn dbsize_sum(&self) -> u64 {
-        self.live().filter_map(dbsize).sum()
+    /// A `/metrics` sample summed over the running nodes.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.live().filter_map(|s| s.try_metric(name)).sum()
     }
+}
 
-    /// A figure from `INFO cluster` summed over the running nodes.
-    pub fn info_sum(&self, field: &str) -> u64 {
-        self.live()
-            .filter_map(|s| info_cluster_field(s, field))
-            .sum()
+/// "64MiB", "40GiB" as bytes (the sizes the tests use).
+fn pool_bytes(pool: &str) -> u64 {
+    let (n, unit) = pool.split_at(pool.len() - 3);
+    let n: u64 = n.parse().expect("pool size");
+    match unit {
+        "MiB" => n << 20,
+        "GiB" => n << 30,
+        _ => panic!("pool size {pool}: use MiB or GiB"),
     }
 }
 
@@ -248,10 +275,7 @@ pub fn owner_table(ranges: &[SlotRange]) -> Vec<Option<SocketAddr>> {
     let mut table = vec![None; usize::from(SLOTS)];
     for r in ranges {
         for s in r.start..=r.end {
-            assert!(
-                table[usize::from(s)].is_none(),
-                "slot {s} is in two ranges"
-            );
+            assert!(table[usize::from(s)].is_none(), "slot {s} is in two ranges");
             table[usize::from(s)] = r.nodes.first().copied();
         }
     }
@@ -263,9 +287,6 @@ pub struct ClusterClient {
     seeds: Vec<SocketAddr>,
     owners: Vec<Option<SocketAddr>>,
     conns: HashMap<SocketAddr, RawConn>,
-    /// `-MOVED` replies followed, and slot-map refreshes done.
-    pub redirects: u64,
-    pub refreshes: u64,
 }
 
 impl ClusterClient {
@@ -274,8 +295,6 @@ impl ClusterClient {
             seeds,
             owners: vec![None; usize::from(SLOTS)],
             conns: HashMap::new(),
-            redirects: 0,
-            refreshes: 0,
         };
         c.refresh();
         c
@@ -284,7 +303,6 @@ impl ClusterClient {
     /// Reloads the slot map from the first seed that answers with one
     /// covering every slot; false if none did.
     pub fn refresh(&mut self) -> bool {
-        self.refreshes += 1;
         for &seed in &self.seeds {
             if let Ok(ranges) = cluster_slots(seed) {
                 let owners = owner_table(&ranges);
@@ -298,11 +316,12 @@ impl ClusterClient {
     }
 
     fn conn(&mut self, addr: SocketAddr) -> io::Result<&mut RawConn> {
-        if !self.conns.contains_key(&addr) {
-            let c = RawConn::try_connect(addr, CLIENT_IO_TIMEOUT)?;
-            self.conns.insert(addr, c);
+        match self.conns.entry(addr) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                Ok(e.insert(RawConn::try_connect(addr, CLIENT_IO_TIMEOUT)?))
+            }
         }
-        Ok(self.conns.get_mut(&addr).expect("just inserted"))
     }
 
     /// Sends `args` (whose keys live in `key`'s slot) to the owner,
@@ -323,7 +342,6 @@ impl ClusterClient {
                     self.refresh();
                 }
                 Ok(r) if r.starts_with(b"-MOVED ") => {
-                    self.redirects += 1;
                     last = String::from_utf8_lossy(&r).trim_end().to_string();
                     let to = last.rsplit(' ').next().and_then(|a| a.parse().ok());
                     match to {

@@ -79,7 +79,11 @@ impl Etcd {
             .expect("spawn etcd");
         self.child = Some(child);
         let up = wait_until(within(ETCD_START_TIMEOUT), || {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("etcd exited with {status}:\n{}", self.log());
             }
             self.healthy()
@@ -122,8 +126,7 @@ impl Etcd {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s
-            .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             .is_err()
         {
             return false;

@@ -165,8 +165,9 @@ impl Server {
     /// Starts a node on given ports (a restart of a node that was killed:
     /// same address, as an operator would bring it back).
     pub fn start_on(port: u16, metrics_port: u16, extra_args: &[&str]) -> Server {
-        Server::try_start(port, metrics_port, extra_args)
-            .unwrap_or_else(|log| panic!("strata-server could not bind {port}/{metrics_port}:\n{log}"))
+        Server::try_start(port, metrics_port, extra_args).unwrap_or_else(|log| {
+            panic!("strata-server could not bind {port}/{metrics_port}:\n{log}")
+        })
     }
 
     /// `Err(stderr)` only when the ports were taken; any other failure to
@@ -294,17 +295,34 @@ impl Server {
 
     /// GET `path` on the metrics port: (status code, body).
     pub fn http_get(&self, path: &str) -> (u16, String) {
-        let mut s = connect(SocketAddr::from(([127, 0, 0, 1], self.metrics_port)));
-        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("write");
+        self.try_http_get(path)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// [`Server::http_get`] that fails instead of panicking (the node may
+    /// be going away).
+    pub fn try_http_get(&self, path: &str) -> io::Result<(u16, String)> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.metrics_port));
+        let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+        s.set_read_timeout(Some(IO_TIMEOUT))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
         let mut text = String::new();
-        s.read_to_string(&mut text).expect("read http");
-        let (head, body) = text.split_once("\r\n\r\n").expect("http head");
+        s.read_to_string(&mut text)?;
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an HTTP response");
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
         let status = head
             .split(' ')
             .nth(1)
             .and_then(|c| c.parse().ok())
-            .expect("http status");
-        (status, body.to_string())
+            .ok_or_else(bad)?;
+        Ok((status, body.to_string()))
+    }
+
+    /// A sample from `/metrics`, or None if the node did not answer or
+    /// does not export it.
+    pub fn try_metric(&self, name_with_labels: &str) -> Option<f64> {
+        let (status, body) = self.try_http_get("/metrics").ok()?;
+        (status == 200).then(|| prometheus_value(&body, name_with_labels))?
     }
 
     /// A figure from `INFO everything`, e.g. `evicted_keys`.
@@ -633,7 +651,10 @@ mod tests {
                 Resp::Nil,
             ])
         );
-        assert_eq!(parse_reply(b"-MOVED 1 a:2\r\n"), Resp::Error("MOVED 1 a:2".into()));
+        assert_eq!(
+            parse_reply(b"-MOVED 1 a:2\r\n"),
+            Resp::Error("MOVED 1 a:2".into())
+        );
     }
 
     #[test]

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use strata_ring::{key_slot, SLOTS};
+use strata_ring::{key_slot, Ring, SLOTS};
 use strata_tests::cluster::{
-    cluster_slots, info_cluster_field, owner_table, try_request, Cluster, ClusterClient, SlotRange,
-    RING_TIMEOUT,
+    cluster_slots, dbsize, info_cluster_field, owner_table, try_request, Cluster, ClusterClient,
+    SlotRange, RING_TIMEOUT,
 };
 use strata_tests::{parse_reply, wait_until, within, Resp};
 
@@ -188,19 +188,90 @@ impl Writer {
     }
 }
 
-/// Waits for `DBSIZE` summed over the running nodes to equal `want`.
-fn wait_dbsize_sum(cluster: &Cluster, want: u64, timeout: Duration) -> f64 {
+/// Waits until every running node holds exactly the keys whose replica
+/// set (per [`Cluster::expected_ring`]) includes it: repair has pushed
+/// every missing copy and shed every extra one. The time it took.
+fn wait_placed(cluster: &Cluster, pairs: &[(Vec<u8>, Vec<u8>)], timeout: Duration) -> f64 {
     let start = Instant::now();
-    assert!(
-        wait_until(within(timeout), || cluster.dbsize_sum() == want),
-        "DBSIZE over running nodes is {} (per node {:?}), want {want}",
-        cluster.dbsize_sum(),
+    let copies = 2;
+    let ring = cluster.expected_ring();
+    let mut want: HashMap<String, u64> = HashMap::new();
+    for (k, _) in pairs {
+        for n in ring.replicas(key_slot(k), copies) {
+            *want.entry(n.resp_addr.clone()).or_default() += 1;
+        }
+    }
+    let placement = || -> Vec<(SocketAddr, Option<u64>, u64)> {
         cluster
             .live()
-            .map(strata_tests::cluster::dbsize)
-            .collect::<Vec<_>>()
+            .map(|s| {
+                let w = want.get(&s.addr().to_string()).copied().unwrap_or(0);
+                (s.addr(), dbsize(s), w)
+            })
+            .collect()
+    };
+    let ok = wait_until(within(timeout), || {
+        placement().iter().all(|(_, has, want)| *has == Some(*want))
+    });
+    assert!(
+        ok,
+        "copies not where the ring puts them after {timeout:?}: (node, DBSIZE, want) {:?}\n{}",
+        placement(),
+        misplaced(cluster, &ring, pairs)
     );
     start.elapsed().as_secs_f64()
+}
+
+/// Keys a node holds locally (`KEYS *` is not routed).
+fn local_keys(s: &strata_tests::Server) -> Vec<Vec<u8>> {
+    match parse_reply(&s.conn().request(&[b"KEYS", b"*"])) {
+        Resp::Array(items) => items
+            .into_iter()
+            .filter_map(|r| match r {
+                Resp::Bulk(b) => Some(b),
+                _ => None,
+            })
+            .collect(),
+        other => panic!("KEYS *: {other:?}"),
+    }
+}
+
+/// Which node holds which key it should not, or lacks one it should, for
+/// failure messages.
+fn misplaced(cluster: &Cluster, ring: &Ring, pairs: &[(Vec<u8>, Vec<u8>)]) -> String {
+    let set_of = |k: &[u8]| -> Vec<String> {
+        ring.replicas(key_slot(k), 2)
+            .iter()
+            .map(|n| n.resp_addr.clone())
+            .collect()
+    };
+    let show = |k: &[u8]| {
+        format!(
+            "{} (slot {}, set {:?})",
+            String::from_utf8_lossy(k),
+            key_slot(k),
+            set_of(k)
+        )
+    };
+    let mut out = String::new();
+    for s in cluster.live() {
+        let me = s.addr().to_string();
+        let local = local_keys(s);
+        let extra: Vec<String> = local
+            .iter()
+            .filter(|k| !set_of(k).contains(&me))
+            .map(|k| show(k))
+            .take(5)
+            .collect();
+        let missing: Vec<String> = pairs
+            .iter()
+            .filter(|(k, _)| set_of(k).contains(&me) && !local.contains(k))
+            .map(|(k, _)| show(k))
+            .take(5)
+            .collect();
+        out.push_str(&format!("{me}: extra {extra:?}, missing {missing:?}\n"));
+    }
+    out
 }
 
 #[test]
@@ -220,18 +291,6 @@ fn ring_forms_weighted_by_capacity_and_routes_with_moved_and_crossslot() {
     for r in &slots[0] {
         assert_eq!(r.nodes.len(), 2, "owner + 1 replica: {r:?}");
         assert_ne!(r.nodes[0], r.nodes[1], "replica on the owner: {r:?}");
-    }
-    let counts = slot_counts(&slots[0]);
-    assert_eq!(counts.values().sum::<u32>(), u32::from(SLOTS));
-    let big = f64::from(counts[&addrs[2]]);
-    for small in &addrs[..2] {
-        let ratio = big / f64::from(counts[small]);
-        println!("slots: 128MiB node {big}, 64MiB node {} (x{ratio:.2})", counts[small]);
-        assert!(
-            (1.6..=2.4).contains(&ratio),
-            "128MiB node owns {big} slots, 64MiB node {}: ratio {ratio:.2}",
-            counts[small]
-        );
     }
     for s in cluster.live() {
         let (status, body) = s.http_get("/health");
@@ -258,7 +317,11 @@ fn ring_forms_weighted_by_capacity_and_routes_with_moved_and_crossslot() {
         let owner = client.owner(&key).unwrap();
         let mut con = s.conn();
         let slot = parse_reply(&con.request(&[b"CLUSTER", b"KEYSLOT", &key])).as_int();
-        assert_eq!(slot, i64::from(key_slot(&key)), "KEYSLOT disagrees with CRC16");
+        assert_eq!(
+            slot,
+            i64::from(key_slot(&key)),
+            "KEYSLOT disagrees with CRC16"
+        );
         let want = format!("-MOVED {slot} {owner}\r\n");
         let got = con.request(&[b"GET", &key]);
         assert_eq!(String::from_utf8_lossy(&got), want);
@@ -286,6 +349,118 @@ fn ring_forms_weighted_by_capacity_and_routes_with_moved_and_crossslot() {
         .conn()
         .request(&[b"MSET", &ka, b"1", &ka2, b"2"]);
     assert_eq!(r, b"+OK\r\n", "{}", String::from_utf8_lossy(&r));
+    // Last, so that a failure here does not hide the routing checks.
+    assert_twice_the_slots(&slots[0], addrs[2], &addrs[..2]);
+}
+
+/// The node at `big` (twice the pool of each of `smalls`) owns 1.6-2.4
+/// times the slots of each.
+fn assert_twice_the_slots(ranges: &[SlotRange], big: SocketAddr, smalls: &[SocketAddr]) {
+    let counts = slot_counts(ranges);
+    assert_eq!(counts.values().sum::<u32>(), u32::from(SLOTS));
+    let big = f64::from(counts[&big]);
+    for small in smalls {
+        let small = f64::from(counts[small]);
+        let ratio = big / small;
+        println!("slots: big node {big}, small node {small} (x{ratio:.2})");
+        assert!(
+            (1.6..=2.4).contains(&ratio),
+            "the node with twice the pool owns {big} slots, the other {small}: x{ratio:.2}"
+        );
+    }
+}
+
+/// `CLUSTER SLOTS` lists, for every range, the nodes that hold copies of
+/// each of its slots (owner first). Checked where it matters: for slots
+/// whose copies the placement puts elsewhere than the range's first slot's,
+/// a key is written and its holders (`KEYS *` per node) compared.
+#[test]
+fn cluster_slots_lists_the_nodes_that_hold_each_slot() {
+    let cluster = Cluster::start(&["64MiB", "64MiB", "64MiB", "64MiB"], 2);
+    let ring = cluster.expected_ring();
+    let ranges = cluster_slots(cluster.node(0).addr()).unwrap();
+    let listed = |slot: u16| -> Vec<String> {
+        let r = ranges
+            .iter()
+            .find(|r| (r.start..=r.end).contains(&slot))
+            .expect("every slot is listed");
+        r.nodes.iter().map(SocketAddr::to_string).collect()
+    };
+    let placed = |slot: u16| -> Vec<String> {
+        ring.replicas(slot, 2)
+            .iter()
+            .map(|n| n.resp_addr.clone())
+            .collect()
+    };
+    for slot in 0..SLOTS {
+        assert_eq!(listed(slot)[0], placed(slot)[0], "owner of slot {slot}");
+    }
+    let wrong: Vec<u16> = (0..SLOTS).filter(|&s| listed(s) != placed(s)).collect();
+    let mut probes: Vec<u16> = wrong.iter().copied().take(3).collect();
+    probes.extend([0, 8191, 16383]);
+    let mut c = cluster.client();
+    let mut bad = Vec::new();
+    for slot in probes {
+        let key = (0..1_000_000)
+            .map(|j| format!("probe:{j}").into_bytes())
+            .find(|k| key_slot(k) == slot)
+            .expect("a key in every slot");
+        c.set(&key, b"v").expect("SET");
+        let holders: Vec<String> = cluster
+            .live()
+            .filter(|s| local_keys(s).contains(&key))
+            .map(|s| s.addr().to_string())
+            .collect();
+        let mut want = listed(slot);
+        want.sort();
+        if holders != want {
+            bad.push((slot, listed(slot), holders));
+        }
+    }
+    assert!(
+        bad.is_empty() && wrong.is_empty(),
+        "{} of {SLOTS} slots are held by other nodes than CLUSTER SLOTS lists (e.g. {:?}); \
+         probes (slot, listed, holders): {bad:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+}
+
+/// Pools above the ring's floor of virtual points (160 × 256 MiB = 40 GiB)
+/// are weighted; the arena is reserved, not touched, so this costs no RAM.
+#[test]
+fn large_pools_weight_the_ring_by_capacity() {
+    let cluster = Cluster::start(&["40GiB", "40GiB", "80GiB"], 1);
+    let addrs = cluster.seeds();
+    let slots = cluster_slots(addrs[0]).unwrap();
+    assert_twice_the_slots(&slots, addrs[2], &addrs[..2]);
+}
+
+/// `INFO cluster` is the operator's view of the ring (documented fields).
+#[test]
+fn info_cluster_section_reports_the_ring_and_repair_figures() {
+    let cluster = Cluster::start(&["64MiB", "64MiB"], 2);
+    for s in cluster.live() {
+        let reply = s.conn().request(&[b"INFO", b"cluster"]);
+        let text = match parse_reply(&reply) {
+            Resp::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => panic!("INFO cluster: {other:?}"),
+        };
+        assert!(text.contains("# Cluster"), "INFO cluster is {text:?}");
+        assert_eq!(info_cluster_field(s, "ring_nodes"), Some(2), "{text:?}");
+        assert_eq!(info_cluster_field(s, "etcd_healthy"), Some(1), "{text:?}");
+        for field in [
+            "replica_pushes",
+            "repair_runs",
+            "repair_pushes",
+            "repair_shed",
+        ] {
+            assert!(
+                info_cluster_field(s, field).is_some(),
+                "INFO cluster has no {field}: {text:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -303,7 +478,7 @@ fn joining_node_takes_only_moved_slots_and_keys_stay_readable() {
     for (k, v) in &pairs {
         c.set(k, v).expect("SET before the join");
     }
-    wait_dbsize_sum(&cluster, 2 * KEYS as u64, REPAIR_TIMEOUT);
+    wait_placed(&cluster, &pairs, REPAIR_TIMEOUT);
     let before = owner_table(&cluster_slots(cluster.node(0).addr()).unwrap());
 
     // Reads keep going while the node joins; any read that is not exactly
@@ -330,10 +505,9 @@ fn joining_node_takes_only_moved_slots_and_keys_stay_readable() {
     let new = cluster.spawn_node("64MiB");
     cluster.wait_ring(4);
     let ring_s = joined.elapsed().as_secs_f64();
-    let settle_s = wait_dbsize_sum(&cluster, 2 * KEYS as u64, REPAIR_TIMEOUT) + ring_s;
+    let settle_s = wait_placed(&cluster, &pairs, REPAIR_TIMEOUT) + ring_s;
     let p = passes.load(Relaxed);
-    assert!(wait_until(within(RING_TIMEOUT), || passes.load(Relaxed)
-        >= p + 2));
+    assert!(wait_until(within(RING_TIMEOUT), || passes.load(Relaxed) >= p + 2));
     stop.store(true, Relaxed);
     let bad = reader.join().expect("reader thread");
 
@@ -347,7 +521,11 @@ fn joining_node_takes_only_moved_slots_and_keys_stay_readable() {
     let mut moved = 0;
     for (s, (b, a)) in before.iter().zip(&after).enumerate() {
         if b != a {
-            assert_eq!(*a, Some(new_addr), "slot {s} moved from {b:?} to an old node");
+            assert_eq!(
+                *a,
+                Some(new_addr),
+                "slot {s} moved from {b:?} to an old node"
+            );
             moved += 1;
         }
     }
@@ -377,10 +555,13 @@ fn kill_9_under_load_keeps_every_acknowledged_write_and_repairs() {
     let mut cluster = Cluster::start(&["64MiB", "64MiB", "64MiB"], 2);
     let writer = Writer::start(&cluster, "load");
     writer.wait_progress(200, RING_TIMEOUT);
-    let runs_before: u64 = [0, 2]
-        .iter()
-        .map(|&i| info_cluster_field(cluster.node(i), "repair_runs").unwrap())
-        .sum();
+    let survivor_runs = |c: &Cluster| -> f64 {
+        [0, 2]
+            .iter()
+            .filter_map(|&i| c.node(i).try_metric("strata_repair_runs_total"))
+            .sum()
+    };
+    let runs_before = survivor_runs(&cluster);
 
     let acked_at_kill = writer.snapshot();
     let killed = Instant::now();
@@ -395,23 +576,28 @@ fn kill_9_under_load_keeps_every_acknowledged_write_and_repairs() {
     let keys = pairs.len() as u64;
     wait_readable(&mut c, &pairs, FAILOVER_TIMEOUT);
 
-    wait_dbsize_sum(&cluster, 2 * keys, REPAIR_TIMEOUT);
+    wait_placed(&cluster, &pairs, REPAIR_TIMEOUT);
     assert!(
-        wait_until(within(REPAIR_TIMEOUT), || cluster.info_sum("repair_runs")
+        wait_until(within(REPAIR_TIMEOUT), || survivor_runs(&cluster)
             > runs_before),
-        "no repair ran on the survivors"
+        "no repair ran on the survivors:\n{}",
+        cluster
+            .live()
+            .map(|s| s.stderr())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
     );
     let repair_s = killed.elapsed().as_secs_f64();
 
     let restarted = Instant::now();
     cluster.restart(1);
     cluster.wait_ring(3);
-    wait_dbsize_sum(&cluster, 2 * keys, REPAIR_TIMEOUT);
+    wait_placed(&cluster, &pairs, REPAIR_TIMEOUT);
     let rejoin_s = restarted.elapsed().as_secs_f64();
     let bad = unreadable(&mut c, &pairs);
     assert!(bad.is_empty(), "after the rejoin: {bad:?}");
-    let shed = cluster.info_sum("repair_shed");
-    assert!(shed > 0, "the rejoin shed no copies");
+    let shed = cluster.metric_sum("strata_repair_shed_total");
+    assert!(shed > 0.0, "the rejoin shed no copies");
     println!(
         "kill -9: {keys} keys acknowledged ({} before the kill, {failed_writes} failed writes \
          retried); ring without the node in {ring_s:.2}s; all acknowledged keys readable \
@@ -430,10 +616,10 @@ fn nodes_keep_serving_while_etcd_is_down_and_rejoin_when_it_returns() {
 
     let stopped = Instant::now();
     cluster.etcd.stop();
-    cluster.wait_info("etcd_healthy", 0);
+    cluster.wait_metric("strata_etcd_healthy", 0.0);
     let noticed_s = stopped.elapsed().as_secs_f64();
     for s in cluster.live() {
-        assert_eq!(info_cluster_field(s, "ring_nodes"), Some(3));
+        assert_eq!(s.try_metric("strata_ring_nodes"), Some(3.0));
         assert_eq!(cluster_slots(s.addr()).unwrap(), slots_before);
         let (_, body) = s.http_get("/health");
         let h: serde_json::Value = serde_json::from_str(&body).expect("/health is JSON");
@@ -446,7 +632,7 @@ fn nodes_keep_serving_while_etcd_is_down_and_rejoin_when_it_returns() {
 
     let restarted = Instant::now();
     cluster.etcd.restart();
-    cluster.wait_info("etcd_healthy", 1);
+    cluster.wait_metric("strata_etcd_healthy", 1.0);
     cluster.wait_ring(3);
     let back_s = restarted.elapsed().as_secs_f64();
     for s in cluster.live() {
@@ -455,7 +641,7 @@ fn nodes_keep_serving_while_etcd_is_down_and_rejoin_when_it_returns() {
     writer.wait_progress(100, RING_TIMEOUT);
     let (pairs, failed_writes) = writer.stop();
     wait_readable(&mut c, &pairs, Duration::ZERO);
-    wait_dbsize_sum(&cluster, 2 * pairs.len() as u64, REPAIR_TIMEOUT);
+    wait_placed(&cluster, &pairs, REPAIR_TIMEOUT);
     println!(
         "etcd down: noticed by every node in {noticed_s:.2}s, healthy again {back_s:.2}s after \
          the restart; {} keys written, {failed_writes} writes failed",
@@ -509,9 +695,7 @@ fn unmodified_cluster_clients_route_by_themselves() {
         assert_eq!(parse_reply(&on_owner), Resp::Bulk(value.into_bytes()));
     }
 
-    let probe = Command::new(python())
-        .args(["-c", "import redis"])
-        .output();
+    let probe = Command::new(python()).args(["-c", "import redis"]).output();
     match probe {
         Ok(out) if out.status.success() => {}
         other => {
