@@ -10,6 +10,9 @@
 //! The binary is not built by these tests; run
 //! `cargo build -p strata-server && cargo test -p strata-tests`.
 
+pub mod cluster;
+pub mod etcd;
+
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -142,7 +145,16 @@ impl Server {
     pub fn start(extra_args: &[&str]) -> Server {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            match Server::try_start(extra_args) {
+            let (port, metrics_port) = {
+                // Both held at once so they differ.
+                let a = TcpListener::bind("127.0.0.1:0").expect("bind");
+                let b = TcpListener::bind("127.0.0.1:0").expect("bind");
+                (
+                    a.local_addr().expect("addr").port(),
+                    b.local_addr().expect("addr").port(),
+                )
+            };
+            match Server::try_start(port, metrics_port, extra_args) {
                 Ok(s) => return s,
                 Err(stderr) => last = stderr,
             }
@@ -150,18 +162,17 @@ impl Server {
         panic!("strata-server could not bind its ports {START_ATTEMPTS} times:\n{last}");
     }
 
+    /// Starts a node on given ports (a restart of a node that was killed:
+    /// same address, as an operator would bring it back).
+    pub fn start_on(port: u16, metrics_port: u16, extra_args: &[&str]) -> Server {
+        Server::try_start(port, metrics_port, extra_args).unwrap_or_else(|log| {
+            panic!("strata-server could not bind {port}/{metrics_port}:\n{log}")
+        })
+    }
+
     /// `Err(stderr)` only when the ports were taken; any other failure to
     /// start panics with the server's stderr.
-    fn try_start(extra_args: &[&str]) -> Result<Server, String> {
-        let (port, metrics_port) = {
-            // Both held at once so they differ.
-            let a = TcpListener::bind("127.0.0.1:0").expect("bind");
-            let b = TcpListener::bind("127.0.0.1:0").expect("bind");
-            (
-                a.local_addr().expect("addr").port(),
-                b.local_addr().expect("addr").port(),
-            )
-        };
+    fn try_start(port: u16, metrics_port: u16, extra_args: &[&str]) -> Result<Server, String> {
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
         let (p, m) = (port.to_string(), metrics_port.to_string());
         let child = server_command()
@@ -284,17 +295,34 @@ impl Server {
 
     /// GET `path` on the metrics port: (status code, body).
     pub fn http_get(&self, path: &str) -> (u16, String) {
-        let mut s = connect(SocketAddr::from(([127, 0, 0, 1], self.metrics_port)));
-        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("write");
+        self.try_http_get(path)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// [`Server::http_get`] that fails instead of panicking (the node may
+    /// be going away).
+    pub fn try_http_get(&self, path: &str) -> io::Result<(u16, String)> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.metrics_port));
+        let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+        s.set_read_timeout(Some(IO_TIMEOUT))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
         let mut text = String::new();
-        s.read_to_string(&mut text).expect("read http");
-        let (head, body) = text.split_once("\r\n\r\n").expect("http head");
+        s.read_to_string(&mut text)?;
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an HTTP response");
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
         let status = head
             .split(' ')
             .nth(1)
             .and_then(|c| c.parse().ok())
-            .expect("http status");
-        (status, body.to_string())
+            .ok_or_else(bad)?;
+        Ok((status, body.to_string()))
+    }
+
+    /// A sample from `/metrics`, or None if the node did not answer or
+    /// does not export it.
+    pub fn try_metric(&self, name_with_labels: &str) -> Option<f64> {
+        let (status, body) = self.try_http_get("/metrics").ok()?;
+        (status == 200).then(|| prometheus_value(&body, name_with_labels))?
     }
 
     /// A figure from `INFO everything`, e.g. `evicted_keys`.
@@ -329,6 +357,12 @@ impl Server {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmRSS in /proc/<pid>/status");
         kib * 1024
+    }
+
+    /// SIGKILL and reap: the node gets no chance to leave the cluster.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Whether the process is still running (not exited, not a zombie).
@@ -429,6 +463,84 @@ pub fn reply_len(buf: &[u8]) -> Option<usize> {
     }
 }
 
+/// A RESP reply as a tree, for tests that look inside arrays (`CLUSTER
+/// SLOTS`). Maps, sets and pushes read as arrays (a map's keys and values
+/// alternate), verbatim strings as bulk strings without their format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<Resp>),
+}
+
+impl Resp {
+    pub fn as_array(&self) -> &[Resp] {
+        match self {
+            Resp::Array(items) => items,
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+
+    pub fn as_int(&self) -> i64 {
+        match self {
+            Resp::Int(n) => *n,
+            other => panic!("not an integer: {other:?}"),
+        }
+    }
+
+    /// The text of a simple or bulk string.
+    pub fn as_text(&self) -> String {
+        match self {
+            Resp::Simple(s) => s.clone(),
+            Resp::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+}
+
+/// Parses one complete reply; panics on anything else.
+pub fn parse_reply(buf: &[u8]) -> Resp {
+    let (r, used) = parse_at(buf);
+    assert_eq!(used, buf.len(), "trailing bytes after a reply");
+    r
+}
+
+fn parse_at(buf: &[u8]) -> (Resp, usize) {
+    let n = reply_len(buf).expect("a complete reply");
+    let nl = buf.iter().position(|&b| b == b'\n').expect("header");
+    let line = String::from_utf8_lossy(&buf[1..nl - 1]).into_owned();
+    let r = match buf[0] {
+        b'+' => Resp::Simple(line),
+        b'-' | b'!' => Resp::Error(line),
+        b':' => Resp::Int(line.parse().expect("integer reply")),
+        b'_' => Resp::Nil,
+        b'$' | b'=' if line.starts_with('-') => Resp::Nil,
+        b'$' | b'=' => Resp::Bulk(bulk_body(&buf[..n]).to_vec()),
+        b'*' | b'~' | b'>' | b'%' | b'|' if line.starts_with('-') => Resp::Nil,
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let count: usize = line.parse().expect("aggregate length");
+            let count = if matches!(buf[0], b'%' | b'|') {
+                2 * count
+            } else {
+                count
+            };
+            let mut pos = nl + 1;
+            let mut items = Vec::with_capacity(count);
+            for _ in 0..count {
+                let (item, used) = parse_at(&buf[pos..]);
+                items.push(item);
+                pos += used;
+            }
+            Resp::Array(items)
+        }
+        other => Resp::Simple(format!("{}{line}", other as char)),
+    };
+    (r, n)
+}
+
 /// A raw client connection that reads whole replies.
 pub struct RawConn {
     stream: TcpStream,
@@ -441,6 +553,26 @@ impl RawConn {
             stream: connect(addr),
             buf: Vec::new(),
         }
+    }
+
+    /// Connects within `timeout`; an error instead of a panic, for
+    /// clients that must survive a node going away.
+    pub fn try_connect(addr: SocketAddr, timeout: Duration) -> io::Result<RawConn> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(RawConn {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Sends one request and reads its reply; a closed connection is an
+    /// error (`UnexpectedEof`).
+    pub fn try_request(&mut self, args: &[&[u8]]) -> io::Result<Vec<u8>> {
+        self.stream.write_all(&encode(args))?;
+        self.try_read_reply()?
+            .ok_or_else(|| io::ErrorKind::UnexpectedEof.into())
     }
 
     pub fn set_read_timeout(&self, d: Duration) {
@@ -507,6 +639,22 @@ mod tests {
         assert_eq!(reply_len(b"*2\r\n:1\r\n$1\r\na\r\n"), Some(15));
         assert_eq!(reply_len(b"%1\r\n+a\r\n:1\r\n"), Some(12));
         assert_eq!(reply_len(b"*2\r\n:1\r\n"), None);
+    }
+
+    #[test]
+    fn parses_nested_replies() {
+        let r = parse_reply(b"*2\r\n*3\r\n:0\r\n:5\r\n$2\r\nab\r\n$-1\r\n");
+        assert_eq!(
+            r,
+            Resp::Array(vec![
+                Resp::Array(vec![Resp::Int(0), Resp::Int(5), Resp::Bulk(b"ab".to_vec())]),
+                Resp::Nil,
+            ])
+        );
+        assert_eq!(
+            parse_reply(b"-MOVED 1 a:2\r\n"),
+            Resp::Error("MOVED 1 a:2".into())
+        );
     }
 
     #[test]
