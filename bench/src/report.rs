@@ -116,7 +116,7 @@ pub fn print_row(r: &Row) {
 
 pub fn show_size(n: usize) -> String {
     for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if n >= size && n % size == 0 {
+        if n >= size && n.is_multiple_of(size) {
             return format!("{}{unit}", n / size);
         }
     }

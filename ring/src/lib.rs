@@ -15,5 +15,5 @@ pub mod ring;
 pub mod slot;
 
 pub use node::{NodeRecord, TierUsage};
-pub use ring::{points_for, Ring, SlotRange, MAX_POINTS, MIN_POINTS, POINT_BYTES};
+pub use ring::{points_for, Ring, SlotRange, MAX_POINTS, MIN_POINTS};
 pub use slot::{key_slot, SLOTS};

@@ -28,21 +28,23 @@ use xxhash_rust::xxh64::Xxh64;
 use crate::node::NodeRecord;
 use crate::slot::{key_slot, SLOTS};
 
-/// Bytes of capacity per virtual point. 256 MiB puts the weighted range
-/// (`MIN_POINTS..=MAX_POINTS`) at 40 GiB ..= 1 TiB, the span of real store
-/// nodes (DRAM-only boxes up to GPU + NVMe servers).
-pub const POINT_BYTES: u64 = 256 << 20;
+/// Floor on virtual points per node: a node 32× smaller than the largest
+/// still gets a fair share, and a misreported tiny or zero capacity cannot
+/// starve a member out of the ring.
+pub const MIN_POINTS: u64 = 16;
 
-/// Floor on virtual points per node. A node's share of slots varies by about
-/// `1/sqrt(points)`; 160 (ketama's per-server count) keeps that near 8%, so
-/// small nodes still get a fair share and a misreported tiny or zero capacity
-/// cannot starve a member out of the ring.
-pub const MIN_POINTS: u64 = 160;
-
-/// Ceiling on virtual points per node. Bounds ring size and build time
-/// (nodes × MAX_POINTS points are hashed and sorted on every membership
-/// change) and caps how much of the cluster one huge node can claim.
-pub const MAX_POINTS: u64 = 4096;
+/// Virtual points of the largest node; the others get points in proportion
+/// to their capacity relative to it. A node's share of slots varies by about
+/// `1/sqrt(points)` (4% at 512). It also bounds `CLUSTER SLOTS` (about one
+/// range per point) and the ring's build time.
+///
+/// Weights are relative to the largest member so that they stay
+/// proportional at any scale (64 MiB test nodes and 1 TiB servers alike).
+/// Point `i` of a node always sits at the same position, so a change of
+/// weight adds or removes a node's last points: only the slots of those
+/// points move. A node joining or leaving with less capacity than the
+/// largest changes no one else's points.
+pub const MAX_POINTS: u64 = 512;
 
 /// Seed of the pinned xxh64 hash: fixed forever, see the module header.
 const HASH_SEED: u64 = 0;
@@ -57,8 +59,14 @@ const _: () = assert!(SLOTS.is_power_of_two(), "slots must tile the ring exactly
 const POINT_NAME_SEPARATOR: u8 = 0xFF;
 
 /// Number of virtual points a node of `capacity_bytes` gets.
-pub fn points_for(capacity_bytes: u64) -> u64 {
-    (capacity_bytes / POINT_BYTES).clamp(MIN_POINTS, MAX_POINTS)
+pub fn points_for(capacity_bytes: u64, largest_bytes: u64) -> u64 {
+    if largest_bytes == 0 {
+        return MAX_POINTS;
+    }
+    let scaled = (u128::from(capacity_bytes) * u128::from(MAX_POINTS)
+        + u128::from(largest_bytes) / 2)
+        / u128::from(largest_bytes);
+    (scaled.min(u128::from(MAX_POINTS)) as u64).max(MIN_POINTS)
 }
 
 /// One virtual point as handed to `hashring`. Its `Hash` writes exactly the
@@ -309,9 +317,10 @@ fn place(nodes: &[NodeRecord]) -> (Vec<usize>, Vec<usize>) {
 /// Every virtual point of `nodes` (sorted, unique ids), numbered flat.
 fn virtual_points(nodes: &[NodeRecord]) -> Vec<Point> {
     let mut points = Vec::new();
+    let largest = nodes.iter().map(|n| n.capacity_bytes).max().unwrap_or(0);
     for (node, record) in nodes.iter().enumerate() {
         // points_for() <= MAX_POINTS, far below u32::MAX.
-        for i in 0..points_for(record.capacity_bytes) as u32 {
+        for i in 0..points_for(record.capacity_bytes, largest) as u32 {
             let mut name = Vec::with_capacity(record.id.len() + 5);
             name.extend_from_slice(record.id.as_bytes());
             name.push(POINT_NAME_SEPARATOR);
@@ -357,10 +366,14 @@ mod tests {
 
     #[test]
     fn points_are_weighted_and_clamped() {
-        assert_eq!(points_for(0), MIN_POINTS);
-        assert_eq!(points_for(100 * GIB), 400);
-        assert_eq!(points_for(200 * GIB), 800);
-        assert_eq!(points_for(u64::MAX), MAX_POINTS);
+        assert_eq!(points_for(0, 100 * GIB), MIN_POINTS);
+        assert_eq!(points_for(100 * GIB, 200 * GIB), 256);
+        assert_eq!(points_for(200 * GIB, 200 * GIB), MAX_POINTS);
+        // Proportional at any scale: 64 MiB vs 128 MiB as 64 GiB vs 128 GiB.
+        assert_eq!(points_for(64 << 20, 128 << 20), 256);
+        assert_eq!(points_for(1, u64::MAX), MIN_POINTS);
+        assert_eq!(points_for(u64::MAX, u64::MAX), MAX_POINTS);
+        assert_eq!(points_for(5, 0), MAX_POINTS);
     }
 
     #[test]

@@ -51,10 +51,10 @@ fn pinned_key_slots() {
 
 #[test]
 fn pinned_point_weights() {
-    assert_eq!(points_for(0), 160);
-    assert_eq!(points_for(64 * GIB), 256);
-    assert_eq!(points_for(128 * GIB), 512);
-    assert_eq!(points_for(u64::MAX), 4096);
+    assert_eq!(points_for(0, 128 * GIB), 16);
+    assert_eq!(points_for(64 * GIB, 128 * GIB), 256);
+    assert_eq!(points_for(128 * GIB, 128 * GIB), 512);
+    assert_eq!(points_for(u64::MAX, u64::MAX), 512);
 }
 
 #[test]

@@ -39,12 +39,11 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             .into()
         }
         (b"SLOTS", []) => Reply::Array(
-            ring.slot_map()
-                .iter()
-                .map(|r| {
-                    let mut entry =
-                        vec![Reply::Int(i64::from(r.start)), Reply::Int(i64::from(r.end))];
-                    entry.extend(ring.replicas(r.start, copies).into_iter().map(node_entry));
+            replica_ranges(&ring, copies)
+                .into_iter()
+                .map(|(start, end, nodes)| {
+                    let mut entry = vec![Reply::Int(i64::from(start)), Reply::Int(i64::from(end))];
+                    entry.extend(nodes.into_iter().map(node_entry));
                     Reply::Array(entry)
                 })
                 .collect(),
@@ -104,6 +103,30 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
         _ => CommandError::unknown_subcommand("CLUSTER", &args[1]).into(),
     }
+}
+
+/// Contiguous slot ranges with the same owner AND the same replicas: the
+/// replica set can change inside one owner's range (another node's point
+/// between two of the owner's), so ranges are split on either.
+fn replica_ranges(ring: &strata_ring::Ring, copies: usize) -> Vec<(u16, u16, Vec<&NodeRecord>)> {
+    let mut out: Vec<(u16, u16, Vec<&NodeRecord>)> = Vec::new();
+    for slot in 0..SLOTS {
+        let set = ring.replicas(slot, copies);
+        if set.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((_, end, nodes))
+                if *end + 1 == slot
+                    && nodes.len() == set.len()
+                    && nodes.iter().zip(&set).all(|(a, b)| a.id == b.id) =>
+            {
+                *end = slot;
+            }
+            _ => out.push((slot, slot, set)),
+        }
+    }
+    out
 }
 
 /// `[ip, port, id]` as in CLUSTER SLOTS.

@@ -29,6 +29,16 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
 
 fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandError> {
     let dst = desc_arg(desc)?;
+    if dst.transport != ctx.node.transport.kind() {
+        return Err(CommandError::new(
+            ErrorCode::BadDesc,
+            format!(
+                "descriptor transport {} is not this node's ({})",
+                dst.transport,
+                ctx.node.transport.kind()
+            ),
+        ));
+    }
     let value = ctx
         .node
         .store

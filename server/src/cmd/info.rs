@@ -16,11 +16,14 @@ const SECTIONS: &[&str] = &[
     "memory",
     "stats",
     "tiers",
+    "cluster",
     "keyspace",
     "commandstats",
 ];
 /// Sections shown by a plain `INFO` (Redis leaves commandstats out too).
-const DEFAULT: &[&str] = &["server", "clients", "memory", "stats", "tiers", "keyspace"];
+const DEFAULT: &[&str] = &[
+    "server", "clients", "memory", "stats", "tiers", "cluster", "keyspace",
+];
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let wanted: Vec<String> = args[1..]
