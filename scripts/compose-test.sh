@@ -153,14 +153,22 @@ for s in "${NODES[@]}"; do
 done
 
 # 4. the ring: every node sees all three (bounded) ------------------------------
-info_of() { cli "$1" INFO cluster 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p"; }
+# ring_nodes / etcd_healthy from /health (INFO has no cluster section yet),
+# repair figures from /metrics. Arguments: node name, field.
+info_of() {
+    case "$2" in
+        ring_nodes | etcd_healthy)
+            curl -fsS -m 3 "http://127.0.0.1:${METRICS_PORT[$1]}/health" 2>/dev/null | sed -n "s/.*\"$2\":\([a-z0-9]*\).*/\1/p" ;;
+        *) curl -fsS -m 3 "http://127.0.0.1:${METRICS_PORT[$1]}/metrics" 2>/dev/null | awk -v m="strata_$2_total" '$1 == m { print $2 }' ;;
+    esac
+}
 wait_ring() { # wait_ring WANT SECONDS NODE... ; prints the seconds it took
     local want=$1 limit=$2 t0 n ok
     t0=$(date +%s%N)
     shift 2
     while :; do
         ok=1
-        for n in "$@"; do [ "$(info_of "${RESP_PORT[$n]}" ring_nodes)" = "$want" ] || ok=0; done
+        for n in "$@"; do [ "$(info_of "$n" ring_nodes)" = "$want" ] || ok=0; done
         [ "$ok" = 1 ] && break
         [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge "$limit" ] && return 1
         sleep 0.2
@@ -172,7 +180,7 @@ if took=$(wait_ring 3 60 "${NODES[@]}"); then
     pass "ring_nodes:3 on node1..3 ${took}s after healthy ($((SECONDS - T_START))s since start)"
 else
     states=""
-    for s in "${NODES[@]}"; do states+=" $s=$(info_of "${RESP_PORT[$s]}" ring_nodes)/etcd_healthy=$(info_of "${RESP_PORT[$s]}" etcd_healthy)"; done
+    for s in "${NODES[@]}"; do states+=" $s=$(info_of "$s" ring_nodes)/etcd_healthy=$(info_of "$s" etcd_healthy)"; done
     fail "ring_nodes:3 on every node within 60s:$states"
     exit 1
 fi
@@ -227,8 +235,9 @@ for i in $(seq 1 "$KEYS"); do
     value "$i" >>"$WORK/want"
     echo >>"$WORK/want"
 done
-cluster_cli() { # cluster_cli ENTRY_NODE < commands
-    timeout 60 docker exec -i "${CID[$CLIENT]}" redis-cli -c -h "$1" -p 7379
+cluster_cli() { # cluster_cli ENTRY_NODE < commands; one reply line per command
+    # (redis-cli -c also prints "-> Redirected to slot ..." when it follows -MOVED)
+    timeout 60 docker exec -i "${CID[$CLIENT]}" redis-cli -c -h "$1" -p 7379 | grep -v '^-> Redirected to slot '
 }
 t0=$(date +%s%N)
 cluster_cli node1 <"$WORK/set.cmds" >"$WORK/set.out" 2>&1 || true
@@ -302,6 +311,6 @@ else
     fail "after the kill only $after/50 SET acknowledged"
 fi
 for s in "${SURVIVORS[@]}"; do
-    RESULTS+=("INFO $s after the kill: ring_nodes=$(info_of "${RESP_PORT[$s]}" ring_nodes) repair_runs=$(info_of "${RESP_PORT[$s]}" repair_runs) repair_pushes=$(info_of "${RESP_PORT[$s]}" repair_pushes) DBSIZE=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)")
+    RESULTS+=("INFO $s after the kill: ring_nodes=$(info_of "$s" ring_nodes) repair_runs=$(info_of "$s" repair_runs) repair_pushes=$(info_of "$s" repair_pushes) DBSIZE=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)")
 done
 RESULTS+=("INFO figures: $KEYS keys written, $ACKED acked; ring_nodes 3->2 in ${FAILOVER_S}s after docker kill; all acked keys readable ${readable_s}s after the kill")
