@@ -258,8 +258,11 @@ else
     fail "acked $ACKED/$KEYS; read back equal $equal/$ACKED; first non-OK: $(grep -vx OK "$WORK/set.out" | head -n 2 | paste -sd '|' -)"
 fi
 per_node=""
-for s in "${NODES[@]}"; do per_node+=" $s=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)"; done
-RESULTS+=("INFO DBSIZE before the kill (owner + replica copies):$per_node")
+for s in "${NODES[@]}"; do
+    per_node+=" $s=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)"
+    per_node+="/pushes=$(info_of "$s" replica_pushes)/push_errors=$(info_of "$s" replica_push_errors)"
+done
+RESULTS+=("INFO before the kill, DBSIZE (owner + replica copies; want ~2x) / replica pushes / errors:$per_node")
 
 # 7. kill one node; the survivors must serve every acknowledged key ----------
 t_kill=$(date +%s%N)
