@@ -316,4 +316,5 @@ fi
 for s in "${SURVIVORS[@]}"; do
     RESULTS+=("INFO $s after the kill: ring_nodes=$(info_of "$s" ring_nodes) repair_runs=$(info_of "$s" repair_runs) repair_pushes=$(info_of "$s" repair_pushes) DBSIZE=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)")
 done
-RESULTS+=("INFO figures: $KEYS keys written, $ACKED acked; ring_nodes 3->2 in ${FAILOVER_S}s after docker kill; all acked keys readable ${readable_s}s after the kill")
+if [ "$all" = 1 ]; then readable="all acked keys readable ${readable_s}s after the kill"; else readable="NOT all acked keys readable ($counts) ${readable_s}s after the kill"; fi
+RESULTS+=("INFO figures: $KEYS keys written, $ACKED acked; ring_nodes 3->2 in ${FAILOVER_S}s after docker kill; $readable")
