@@ -6,9 +6,8 @@
 #   entrypoint.sh <command> [args...]        run anything else (strata-bench, bash, ...)
 #
 # Extra env read here (not by strata-server):
-#   STRATA_CLUSTER   non-empty: join the etcd cluster (sets STRATA_METADATA_SERVER
-#                    to $STRATA_ETCD_URL, default etcd://etcd:2379) unless
-#                    STRATA_METADATA_SERVER is set already.
+#   STRATA_STANDALONE   non-empty: run standalone, whatever STRATA_METADATA_SERVER
+#                       says (docker-compose.yml sets etcd://etcd:2379 for every node).
 #   STRATA_RDMA_NETDEV  netdev for soft-RoCE (default eth0).
 set -euo pipefail
 
@@ -51,8 +50,12 @@ choose_protocol
 # Inside a container the node must listen on its interface, not loopback;
 # publish ports deliberately (docker-compose.yml publishes on 127.0.0.1 only).
 export STRATA_BIND=${STRATA_BIND:-0.0.0.0}
-if [ -n "${STRATA_CLUSTER:-}" ] && [ -z "${STRATA_METADATA_SERVER:-}" ]; then
-    export STRATA_METADATA_SERVER=${STRATA_ETCD_URL:-etcd://etcd:2379}
+if [ -n "${STRATA_STANDALONE:-}" ]; then
+    export STRATA_METADATA_SERVER=standalone
 fi
-log "starting strata-server bind=$STRATA_BIND port=${STRATA_PORT:-7379} metrics=${STRATA_METRICS_PORT:-9379} data=${STRATA_DATA_PORT:-7380} pool=${STRATA_CPU_MEMORY_POOL_SIZE:-default} metadata_server=${STRATA_METADATA_SERVER:-standalone}"
+cluster="metadata_server=${STRATA_METADATA_SERVER:-standalone}"
+if [ "${STRATA_METADATA_SERVER:-standalone}" != standalone ]; then
+    cluster="$cluster node_id=${STRATA_NODE_ID:-} advertise_host=${STRATA_ADVERTISE_HOST:-} host_name=${STRATA_HOST_NAME:-} replica_num=${STRATA_REPLICA_NUM:-1} node_ttl_s=${STRATA_NODE_TTL_S:-5}"
+fi
+log "starting strata-server bind=$STRATA_BIND port=${STRATA_PORT:-7379} metrics=${STRATA_METRICS_PORT:-9379} data=${STRATA_DATA_PORT:-7380} pool=${STRATA_CPU_MEMORY_POOL_SIZE:-default} $cluster"
 exec strata-server "$@"

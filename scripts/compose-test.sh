@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# End-to-end test of docker-compose.yml: build the images, start etcd + 3
-# nodes, write 200 keys into each node through the published loopback ports,
-# read them back, kill one node, check the survivors keep serving every key
-# they acknowledged, and always tear everything down (down -v).
+# End-to-end test of docker-compose.yml in cluster mode: build the images,
+# start etcd + 3 nodes, wait until every node sees ring_nodes:3, run the bench
+# service (verified; its exit status counts), write KEYS keys with known values
+# through the cluster (redis-cli -c on the compose network, following -MOVED to
+# service names), docker kill one node, wait until the survivors see
+# ring_nodes:2, check that every acknowledged key reads back exactly through the
+# survivors, and always tear everything down (down -v).
 #
 # Usage: scripts/compose-test.sh [--no-build] [images.sh args...]
 # Env:   COMPOSE="docker-compose" | "docker compose" (default: v2 if present)
-#        COMPOSE_PROJECT_NAME (default strata-compose-test), KEYS (default 200)
+#        COMPOSE_PROJECT_NAME (default strata-compose-test), KEYS (default 500)
+#        STRATA_BENCH_BIN (strata-bench to put in the image; images.sh)
+#        STRATA_BENCH_TOOL (auto | strata-bench | redis-cli; the bench service)
 # Bounded: every step has its own timeout; < 5 min once strata-base exists.
 set -euo pipefail
 
@@ -27,7 +32,7 @@ if [ -z "${COMPOSE:-}" ]; then
 fi
 read -ra COMPOSE_CMD <<<"$COMPOSE" # "docker compose" is two words
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-strata-compose-test}
-KEYS=${KEYS:-200}
+KEYS=${KEYS:-500}
 NODES=(node1 node2 node3)
 # Host ports: the compose defaults (17381-3, 19381-3) when free, else the first
 # free set among +100, +200, ... (other tests on this host may hold them).
@@ -71,7 +76,7 @@ cleanup() {
         timeout 120 "${COMPOSE_CMD[@]}" down -v --remove-orphans >/dev/null 2>&1 || log "down -v failed"
     fi
     echo
-    echo "== compose-test summary ($COMPOSE, ${KEYS} keys/node) =="
+    echo "== compose-test summary ($COMPOSE, ${KEYS} keys, victim $VICTIM) =="
     printf '  %s\n' "${RESULTS[@]}"
     echo "  total ${SECONDS}s; $FAILS failure(s); exit status $(( rc == 0 && FAILS > 0 ? 1 : rc ))"
     if [ "$rc" -eq 0 ] && [ "$FAILS" -gt 0 ]; then rc=1; fi
@@ -147,53 +152,120 @@ for s in "${NODES[@]}"; do
     fi
 done
 
-# 4. workload ------------------------------------------------------------------
-value() { printf 'v:%s:%04d:%s' "$1" "$2" "$(printf '%0128d' "$2")"; }
-resp_set() { # RESP for SET key value, for redis-cli --pipe
-    # shellcheck disable=SC2016 # RESP's $ is literal
-    printf '*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n' "${#1}" "$1" "${#2}" "$2"
+# 4. the ring: every node sees all three (bounded) ------------------------------
+# ring_nodes / etcd_healthy from /health (INFO has no cluster section yet),
+# repair figures from /metrics. Arguments: node name, field.
+info_of() {
+    case "$2" in
+        ring_nodes | etcd_healthy)
+            curl -fsS -m 3 "http://127.0.0.1:${METRICS_PORT[$1]}/health" 2>/dev/null | sed -n "s/.*\"$2\":\([a-z0-9]*\).*/\1/p" ;;
+        *) curl -fsS -m 3 "http://127.0.0.1:${METRICS_PORT[$1]}/metrics" 2>/dev/null | awk -v m="strata_$2_total" '$1 == m { print $2 }' ;;
+    esac
 }
-same_lines() { # how many lines of stdin equal the same line of file $1
-    paste -d '\t' "$1" - | awk -F '\t' '$1 == $2 && $1 != "" { n++ } END { print n + 0 }'
-}
-declare -A ACKED
-for s in "${NODES[@]}"; do
-    expected=$WORK/$s.expected
-    input=$(mktemp)
-    for i in $(seq 1 "$KEYS"); do
-        resp_set "ct:$s:$i" "$(value "$s" "$i")" >>"$input"
-        value "$s" "$i" >>"$expected"
-        echo >>"$expected"
-    done
+wait_ring() { # wait_ring WANT SECONDS NODE... ; prints the seconds it took
+    local want=$1 limit=$2 t0 n ok
     t0=$(date +%s%N)
-    out=$(timeout 30 redis-cli -h 127.0.0.1 -p "${RESP_PORT[$s]}" --pipe <"$input" 2>&1 || true)
-    t1=$(date +%s%N)
-    errors=$(sed -n 's/.*errors: \([0-9]*\), replies: \([0-9]*\).*/\1/p' <<<"$out")
-    replies=$(sed -n 's/.*errors: \([0-9]*\), replies: \([0-9]*\).*/\2/p' <<<"$out")
-    ACKED[$s]=$(( ${replies:-0} - ${errors:-0} ))
-    keys=()
-    for i in $(seq 1 "$KEYS"); do keys+=("ct:$s:$i"); done
-    got=$(mktemp)
-    cli "${RESP_PORT[$s]}" MGET "${keys[@]}" >"$got" 2>&1 || true
-    t2=$(date +%s%N)
-    if [ "${ACKED[$s]}" = "$KEYS" ] && cmp -s "$expected" "$got"; then
-        pass "$s: $KEYS SET acked ($(( (t1 - t0) / 1000000 )) ms pipelined), all $KEYS read back equal ($(( (t2 - t1) / 1000000 )) ms MGET)"
-    else
-        fail "$s: acked ${ACKED[$s]}/$KEYS; read back $(same_lines "$expected" <"$got")/$KEYS equal"
-    fi
-    rm -f "$input" "$got"
-done
-
-# Throughput through the published port (small, bounded).
-for s in "${NODES[@]}"; do
-    rps=$(timeout 60 redis-benchmark -h 127.0.0.1 -p "${RESP_PORT[$s]}" -t set,get -n 20000 -c 16 -P 8 -d 128 -r 10000 -q 2>/dev/null |
-        tr '\r' '\n' | grep -E '^(SET|GET): [0-9.]+ requests per second' |
-        sed -E 's/^(SET|GET): ([0-9.]+) requests per second(, p50=([0-9.]+) msec)?.*/\1 \2 (p50 \4 ms)/' | paste -sd ';' - || true)
-    RESULTS+=("INFO $s redis-benchmark -n 20000 -c 16 -P 8 -d 128, req/s: ${rps:-n/a}")
-done
-
-# 5. kill one node -------------------------------------------------------------
+    shift 2
+    while :; do
+        ok=1
+        for n in "$@"; do [ "$(info_of "$n" ring_nodes)" = "$want" ] || ok=0; done
+        [ "$ok" = 1 ] && break
+        [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge "$limit" ] && return 1
+        sleep 0.2
+    done
+    awk -v ns=$(( $(date +%s%N) - t0 )) 'BEGIN { printf "%.1f", ns / 1e9 }'
+}
 t=$SECONDS
+if took=$(wait_ring 3 60 "${NODES[@]}"); then
+    pass "ring_nodes:3 on node1..3 ${took}s after healthy ($((SECONDS - T_START))s since start)"
+else
+    states=""
+    for s in "${NODES[@]}"; do states+=" $s=$(info_of "$s" ring_nodes)/etcd_healthy=$(info_of "$s" etcd_healthy)"; done
+    fail "ring_nodes:3 on every node within 60s:$states"
+    exit 1
+fi
+for s in "${NODES[@]}"; do
+    health=$(curl -fsS -m 5 "http://127.0.0.1:${METRICS_PORT[$s]}/health" || true)
+    if ! grep -q '"mode":"cluster"' <<<"$health" || ! grep -q '"etcd_healthy":true' <<<"$health" ||
+        ! grep -q '"ring_nodes":3' <<<"$health"; then
+        fail "$s /health: $health"
+    fi
+done
+records=$(docker exec "${CID[etcd]}" etcdctl --endpoints=http://etcd:2379 get --prefix --keys-only /strata/ 2>&1 | grep -c /nodes/ || true)
+nodes_line=$(cli "${RESP_PORT[node1]}" CLUSTER NODES 2>&1 | awk '{ print $2 }' | sort | paste -sd ' ' - || true)
+if [ "$records" = 3 ] && grep -q 'node1:7379.*node2:7379.*node3:7379' <<<"$nodes_line"; then
+    pass "etcd holds 3 node records; CLUSTER NODES: $nodes_line"
+else
+    fail "etcd node records: $records (want 3); CLUSTER NODES: $nodes_line"
+fi
+# A key node1 does not own is redirected to a compose service name.
+moved=""
+for i in $(seq 1 50); do
+    r=$(cli "${RESP_PORT[node1]}" GET "probe:$i" 2>&1 || true)
+    case "$r" in *MOVED*) moved=$r; break ;; esac
+done
+if grep -Eq 'MOVED [0-9]+ node[23]:7379' <<<"$moved"; then
+    pass "node1 redirects keys it does not own: $moved"
+else
+    fail "no -MOVED to node2/node3 from node1 for probe:1..50 (last reply: ${r:-?})"
+fi
+
+# 5. bench service (verified; exit status checked) -----------------------------
+t=$SECONDS
+benchout=$WORK/bench.out
+if timeout 300 "${COMPOSE_CMD[@]}" --profile bench run --rm -T bench >"$benchout" 2>&1; then
+    pass "bench service exited 0 in $((SECONDS - t))s: $(grep -E 'PASS|strata-bench' "$benchout" | tail -n 1)"
+else
+    rc=$?
+    sed 's/^/    /' "$benchout" | tail -n 25
+    fail "bench service exit status $rc after $((SECONDS - t))s"
+fi
+grep -E '^bench: (SET|GET|strata-bench)' "$benchout" | while read -r l; do echo "INFO $l"; done >"$WORK/bench.info" || true
+mapfile -t lines <"$WORK/bench.info"
+RESULTS+=("${lines[@]}")
+
+# 6. known values through the cluster (redis-cli -c on the compose network) ---
+# The client runs in node1's container: -MOVED names node2/node3, which only
+# the compose network resolves. node1 is never the victim.
+CLIENT=node1
+value() { printf 'v:%05d:%s' "$1" "$(printf '%0*d' $((64 + $1 % 200)) "$1")"; }
+for i in $(seq 1 "$KEYS"); do
+    echo "SET ct:$i $(value "$i")" >>"$WORK/set.cmds"
+    echo "GET ct:$i" >>"$WORK/get.cmds"
+    value "$i" >>"$WORK/want"
+    echo >>"$WORK/want"
+done
+cluster_cli() { # cluster_cli ENTRY_NODE < commands; one reply line per command
+    # (redis-cli -c also prints "-> Redirected to slot ..." when it follows -MOVED)
+    timeout 60 docker exec -i "${CID[$CLIENT]}" redis-cli -c -h "$1" -p 7379 | grep -v '^-> Redirected to slot '
+}
+t0=$(date +%s%N)
+cluster_cli node1 <"$WORK/set.cmds" >"$WORK/set.out" 2>&1 || true
+t1=$(date +%s%N)
+# Acknowledged = the line for that SET is OK.
+paste -d '\t' "$WORK/want" "$WORK/set.out" | awk -F '\t' '$2 == "OK" { print NR }' >"$WORK/acked"
+ACKED=$(wc -l <"$WORK/acked")
+read_check() { # read_check ENTRY_NODE -> how many acked keys read back equal
+    cluster_cli "$1" <"$WORK/get.cmds" >"$WORK/got.$1" 2>&1 || true
+    paste -d '\t' "$WORK/want" "$WORK/got.$1" |
+        awk -F '\t' 'NR == FNR { ok[$1] = 1; next } (FNR in ok) && $1 == $2 { n++ } END { print n + 0 }' "$WORK/acked" -
+}
+equal=$(read_check node3)
+t2=$(date +%s%N)
+if [ "$ACKED" = "$KEYS" ] && [ "$equal" = "$KEYS" ]; then
+    pass "$KEYS SET via redis-cli -c acked ($(( (t1 - t0) / 1000000 )) ms), all read back equal via node3 ($(( (t2 - t1) / 1000000 )) ms)"
+else
+    fail "acked $ACKED/$KEYS; read back equal $equal/$ACKED; first non-OK: $(grep -vx OK "$WORK/set.out" | head -n 2 | paste -sd '|' -)"
+fi
+per_node=""
+for s in "${NODES[@]}"; do
+    per_node+=" $s=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)"
+    per_node+="/pushes=$(info_of "$s" replica_pushes)/push_errors=$(info_of "$s" replica_push_errors)"
+done
+RESULTS+=("INFO before the kill, DBSIZE (owner + replica copies; want ~2x) / replica pushes / errors:$per_node")
+
+# 7. kill one node; the survivors must serve every acknowledged key ----------
+t_kill=$(date +%s%N)
 docker kill "${CID[$VICTIM]}" >/dev/null
 state=$(docker inspect -f '{{.State.Status}}' "${CID[$VICTIM]}")
 if [ "$state" != running ] && ! cli "${RESP_PORT[$VICTIM]}" ping >/dev/null 2>&1; then
@@ -201,24 +273,48 @@ if [ "$state" != running ] && ! cli "${RESP_PORT[$VICTIM]}" ping >/dev/null 2>&1
 else
     fail "docker kill $VICTIM: container still $state / answering"
 fi
-sleep 1
-for s in "${NODES[@]}"; do
-    [ "$s" = "$VICTIM" ] && continue
-    keys=()
-    for i in $(seq 1 "$KEYS"); do keys+=("ct:$s:$i"); done
-    got=$(cli "${RESP_PORT[$s]}" MGET "${keys[@]}" 2>&1 || true)
-    ok=$(same_lines "$WORK/$s.expected" <<<"$got")
-    health=$(curl -fsS -m 5 "http://127.0.0.1:${METRICS_PORT[$s]}/health" 2>&1 || echo "health failed")
-    if [ "$ok" = "${ACKED[$s]}" ] && [ "$(cli "${RESP_PORT[$s]}" ping)" = PONG ] && grep -q '"ok"' <<<"$health"; then
-        pass "after kill, $s serves: $ok/${ACKED[$s]} acked keys read back equal, /health ok"
-    else
-        fail "after kill, $s: $ok/${ACKED[$s]} acked keys readable; health: $health"
-    fi
-    # Still writable.
-    if [ "$(cli "${RESP_PORT[$s]}" SET "ct:$s:after-kill" x)" = OK ]; then
-        pass "after kill, $s accepts writes"
-    else
-        fail "after kill, $s refuses writes"
-    fi
+SURVIVORS=()
+for s in "${NODES[@]}"; do [ "$s" = "$VICTIM" ] || SURVIVORS+=("$s"); done
+if took=$(wait_ring 2 30 "${SURVIVORS[@]}"); then
+    pass "survivors ${SURVIVORS[*]} report ring_nodes:2 ${took}s after the kill (node_ttl_s 3)"
+else
+    fail "survivors did not reach ring_nodes:2 within 30s after the kill"
+fi
+FAILOVER_S=${took:-?}
+# Every acknowledged key, exact value, through each survivor. Bounded retry so
+# the figures say how long the hand-off took if the first pass misses any.
+first=""
+deadline=$((SECONDS + 20))
+while :; do
+    all=1
+    counts=""
+    for s in "${SURVIVORS[@]}"; do
+        n=$(read_check "$s")
+        counts+=" via $s $n/$ACKED"
+        [ "$n" = "$ACKED" ] || all=0
+    done
+    [ -n "$first" ] || first=$counts
+    [ "$all" = 1 ] && break
+    [ $SECONDS -ge $deadline ] && break
+    sleep 0.5
 done
-RESULTS+=("INFO survivor checks took $((SECONDS - t))s")
+readable_s=$(awk -v ns=$(( $(date +%s%N) - t_kill )) 'BEGIN { printf "%.1f", ns / 1e9 }')
+if [ "$all" = 1 ] && [ "$counts" = "$first" ]; then
+    pass "after the kill every acked key reads back exactly:$counts (${readable_s}s after the kill)"
+elif [ "$all" = 1 ]; then
+    fail "acked keys missing right after ring_nodes:2 (first pass:$first); all readable ${readable_s}s after the kill"
+else
+    fail "acked keys lost after the kill:$counts (first pass:$first); example: $(paste -d '\t' "$WORK/want" "$WORK/got.${SURVIVORS[0]}" | awk -F '\t' '$1 != $2 { print "want " substr($1, 1, 12) "... got " substr($2, 1, 40); exit }')"
+fi
+# Still writable through the cluster.
+after=$(seq 1 50 | awk '{ print "SET ct:after-kill:" $1 " x" $1 }' | cluster_cli node3 2>&1 | grep -cx OK || true)
+if [ "$after" = 50 ]; then
+    pass "after the kill the cluster accepts writes (50/50 SET via redis-cli -c)"
+else
+    fail "after the kill only $after/50 SET acknowledged"
+fi
+for s in "${SURVIVORS[@]}"; do
+    RESULTS+=("INFO $s after the kill: ring_nodes=$(info_of "$s" ring_nodes) repair_runs=$(info_of "$s" repair_runs) repair_pushes=$(info_of "$s" repair_pushes) DBSIZE=$(cli "${RESP_PORT[$s]}" DBSIZE 2>/dev/null || echo ?)")
+done
+if [ "$all" = 1 ]; then readable="all acked keys readable ${readable_s}s after the kill"; else readable="NOT all acked keys readable ($counts) ${readable_s}s after the kill"; fi
+RESULTS+=("INFO figures: $KEYS keys written, $ACKED acked; ring_nodes 3->2 in ${FAILOVER_S}s after docker kill; $readable")

@@ -5,7 +5,8 @@
 #                         etcd, rdma-core, iproute2, curl, redis-tools.
 #                         Reused when it exists (pass --rebuild to remake it).
 #   strata-node:dev       strata-base + the host-built release strata-server
-#                         (and strata-bench when it has been built) + docker/entrypoint.sh.
+#                         (and strata-bench when it has been built) + docker/entrypoint.sh
+#                         + docker/bench.sh (as strata-cluster-bench, the compose bench).
 #
 # The binaries are built on the host (`cargo build --release -p strata-server`)
 # into ${CARGO_TARGET_DIR:-target}; nothing is compiled inside docker.
@@ -100,6 +101,7 @@ build_node() {
         log "no $bench (built on branch client); node image without strata-bench"
     fi
     cp docker/entrypoint.sh "$ctx/entrypoint.sh"
+    cp docker/bench.sh "$ctx/bench.sh"
     local old
     old=$(docker image inspect -f '{{.Id}}' "$NODE_IMAGE" 2>/dev/null || true)
     # The legacy builder is fine here (FROM a local image, no registry); keep
