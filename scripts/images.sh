@@ -15,7 +15,9 @@
 #   --rebuild   remake strata-base even if the image exists
 #   --no-cargo  do not run cargo; use the binary already in the target dir
 # Env: STRATA_BASE_IMAGE, STRATA_NODE_IMAGE, DEBIAN_MIRROR,
-#      STRATA_BENCH_BIN (default ${CARGO_TARGET_DIR:-target}/release/strata-bench).
+#      STRATA_PROFILE (release, the default, or debug: the test script uses
+#      the debug build it already has, so CI compiles the workspace once),
+#      STRATA_BENCH_BIN (default ${CARGO_TARGET_DIR:-target}/<profile>/strata-bench).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +27,9 @@ BASE_IMAGE=${STRATA_BASE_IMAGE:-strata-base:bookworm}
 NODE_IMAGE=${STRATA_NODE_IMAGE:-strata-node:dev}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
+PROFILE=${STRATA_PROFILE:-release}
+case "$PROFILE" in release) PROFILE_FLAG=(--release) ;; debug) PROFILE_FLAG=() ;;
+  *) echo "STRATA_PROFILE must be release or debug" >&2; exit 2 ;; esac
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 # etcd-client provides etcdctl (the etcd healthcheck); the rest is the brief's list.
 BASE_PACKAGES=etcd-server,etcd-client,rdma-core,ibverbs-providers,iproute2,ca-certificates,curl,redis-tools
@@ -82,11 +87,11 @@ build_base() {
 
 build_node() {
     if [ "$CARGO" = 1 ]; then
-        log "cargo build --release -p strata-server (target dir $TARGET_DIR)"
-        cargo build --release -p strata-server
+        log "cargo build ${PROFILE_FLAG[*]} -p strata-server -p strata-bench (target dir $TARGET_DIR)"
+        cargo build "${PROFILE_FLAG[@]}" -p strata-server -p strata-bench
     fi
-    local server="$TARGET_DIR/release/strata-server"
-    local bench=${STRATA_BENCH_BIN:-$TARGET_DIR/release/strata-bench}
+    local server="$TARGET_DIR/$PROFILE/strata-server"
+    local bench=${STRATA_BENCH_BIN:-$TARGET_DIR/$PROFILE/strata-bench}
     [ -x "$server" ] || { log "no $server; build it first"; exit 1; }
 
     local ctx
