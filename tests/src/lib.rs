@@ -378,6 +378,22 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A test failing against this server: show what the server said,
+        // or the failure cannot be diagnosed from a CI log.
+        if std::thread::panicking() {
+            if let Ok(status) = self.child.try_wait() {
+                eprintln!(
+                    "strata-server on port {} exit status: {status:?}",
+                    self.port
+                );
+            }
+            let text = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            eprintln!("--- strata-server stderr (last {} lines) ---", tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
