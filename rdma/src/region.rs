@@ -188,11 +188,20 @@ impl RegionTable {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let pid = u64::from(std::process::id());
+        // std's per-process random hasher keys come from the OS: containers
+        // that all run as pid 1 and start in the same instant still get
+        // different rkeys.
+        let os_random = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(nanos);
+            h.finish()
+        };
         Arc::new_cyclic(|me: &std::sync::Weak<Self>| Self {
             regions: RwLock::new(HashMap::new()),
             // Mixing in the table's own address separates transports that
             // were created in the same nanosecond by the same process.
-            rng: Mutex::new((nanos ^ pid.rotate_left(32) ^ me.as_ptr() as u64) | 1),
+            rng: Mutex::new((nanos ^ pid.rotate_left(32) ^ me.as_ptr() as u64 ^ os_random) | 1),
         })
     }
 

@@ -73,9 +73,17 @@ impl Node {
             ..Limits::default()
         };
         let data_addr = std::net::SocketAddr::new(cfg.bind, cfg.data_port);
-        let transport = TcpTransport::bind(data_addr).await.with_context(|| {
-            format!("cannot listen for the data plane on {data_addr} (data_port)")
-        })?;
+        // Descriptors name `advertise_host`, not the bind address: peers
+        // cannot dial 0.0.0.0.
+        let tcp = strata_rdma::tcp::TcpConfig {
+            advertise_host: Some(cfg.advertise_host.clone()),
+            ..Default::default()
+        };
+        let transport = TcpTransport::bind_with(data_addr, tcp)
+            .await
+            .with_context(|| {
+                format!("cannot listen for the data plane on {data_addr} (data_port)")
+            })?;
         let leases = Arc::new(Leases::default());
         let (base, len) = store.region();
         // SAFETY: the arena stays mapped for as long as `store` lives, and
