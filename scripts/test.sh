@@ -76,4 +76,15 @@ kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite
 step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"
 FUZZ_TARGETS="request_scan descriptor glob" bash scripts/fuzz.sh 10
 
+# --- 6. The docker-compose cluster end to end ---------------------------------
+# Builds the images locally (debootstrap base once, then the debug binaries
+# built above: no second compile), brings etcd + 3 nodes up, runs the bench
+# service, kills a node and checks every acknowledged key, tears it all down.
+step "docker-compose cluster (scripts/compose-test.sh)"
+if docker info >/dev/null 2>&1; then
+  STRATA_PROFILE=debug bash scripts/compose-test.sh
+else
+  echo "compose test SKIPPED: no Docker daemon reachable (docker info failed)"
+fi
+
 step "all tests passed"
