@@ -376,7 +376,7 @@ async fn standalone_node_is_a_cluster_of_one() {
     let node = Server::start(&[]);
     let addr = node.addr().to_string();
     let c = Client::connect(addr.clone()).await.expect("connect");
-    assert_eq!(c.cluster_nodes(), [addr.clone()]);
+    assert_eq!(c.cluster_nodes(), vec![addr.clone()]);
     let mut buf = c.alloc(VALUE_BYTES).expect("alloc");
     for i in 0..50 {
         assert_eq!(c.owner_of(&key(i)).as_deref(), Some(addr.as_str()));
