@@ -5,6 +5,9 @@
 //! Concurrency is C tasks, each with its own client. Latency covers only
 //! the operation; filling and checking values happen outside the timing.
 //! Any value read back wrong fails the run (exit code 1).
+//!
+//! `--addr a:7379,b:7379` seeds a cluster: the client learns the slot map
+//! from any seed and routes every key to its owner (zero-copy and inline).
 
 mod report;
 mod workload;
@@ -18,7 +21,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use strata_client::{Buffer, Client, Error};
+use strata_client::{Buffer, Client, ClientConfig, Error};
 
 use report::{Row, RowMeta};
 use workload::{check, fill, key_hash, parse_size, Dist, Picker, Rng, HEADER_BYTES};
@@ -91,12 +94,22 @@ fn parse_mix(s: &str) -> Result<(u32, u32), String> {
     about = "strata / Redis load generator with verification"
 )]
 struct Args {
-    /// What runs at --addr.
+    /// What runs at --addr (a strata node or cluster, or Redis).
     #[arg(long, value_enum, default_value = "strata")]
     target: Target,
-    /// RESP address of the target.
-    #[arg(long, default_value = "127.0.0.1:7379")]
-    addr: String,
+    /// RESP address of the target: one node, or seed nodes of a cluster
+    /// (comma-separated; any one that answers is enough, keys are routed
+    /// to their owners and follow -MOVED).
+    #[arg(
+        long,
+        visible_alias = "seeds",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7379"
+    )]
+    addr: Vec<String>,
+    /// How long an operation keeps retrying while a cluster node is down.
+    #[arg(long, default_value_t = 5000)]
+    failover_timeout_ms: u64,
     /// zerocopy (strata only) or inline (SET/GET through RESP).
     #[arg(long, value_enum)]
     api: Option<Api>,
@@ -147,7 +160,7 @@ struct Args {
 
 /// Everything a phase needs, shared by its tasks.
 struct Plan {
-    addr: String,
+    client: ClientConfig,
     api: Api,
     size: usize,
     keys: Vec<Vec<u8>>,
@@ -301,7 +314,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
         if !args.keep {
-            cleanup(&args.addr, &base.keys).await?;
+            cleanup(&base.client, &base.keys).await?;
         }
     }
     Ok(ok)
@@ -324,8 +337,10 @@ fn new_plan(
     let keys: Vec<Vec<u8>> = (0..args.keys)
         .map(|i| format!("bench:{size}:{i}").into_bytes())
         .collect();
+    let mut client = ClientConfig::with_seeds(args.addr.iter().cloned());
+    client.failover_timeout_ms = args.failover_timeout_ms;
     Plan {
-        addr: args.addr.clone(),
+        client,
         api,
         size,
         hashes: keys.iter().map(|k| key_hash(k)).collect(),
@@ -347,7 +362,7 @@ impl Plan {
     /// A fresh phase over the same keys and versions.
     fn restart(&self, args: &Args) -> Plan {
         Plan {
-            addr: self.addr.clone(),
+            client: self.client.clone(),
             api: self.api,
             size: self.size,
             keys: self.keys.clone(),
@@ -491,9 +506,9 @@ struct Worker {
 
 impl Worker {
     async fn connect(plan: &Plan) -> anyhow::Result<Self> {
-        let client = Client::connect(plan.addr.clone())
+        let client = Client::connect_with(plan.client.clone())
             .await
-            .with_context(|| format!("connect to {}", plan.addr))?;
+            .with_context(|| format!("connect to {}", plan.client.seeds.join(",")))?;
         let (bufs, scratch) = match plan.api {
             Api::Zerocopy => (
                 Some((client.alloc(plan.size)?, client.alloc(plan.size)?)),
@@ -620,8 +635,8 @@ impl Worker {
 }
 
 /// Deletes a size's keys so the next size starts with an empty store.
-async fn cleanup(addr: &str, keys: &[Vec<u8>]) -> anyhow::Result<()> {
-    let client = Client::connect(addr.to_owned()).await?;
+async fn cleanup(cfg: &ClientConfig, keys: &[Vec<u8>]) -> anyhow::Result<()> {
+    let client = Client::connect_with(cfg.clone()).await?;
     for key in keys {
         client.del(key).await?;
     }

@@ -1,5 +1,5 @@
-//! The client: command connection, data-plane transport, and the
-//! operations built on them.
+//! The client: a cluster-aware router over one command connection per
+//! node, the data-plane transport, and the operations built on them.
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -11,84 +11,114 @@ use bytes::Bytes;
 use redis_protocol::resp2::types::BytesFrame;
 use strata_rdma::tcp::{TcpStats, TcpTransport};
 use strata_rdma::{Descriptor, Region, Transport};
-use tokio::sync::Mutex;
+use strata_ring::key_slot;
 
-use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected, Conn};
+use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected};
+use crate::node::{backoff, Idempotent, Node};
+use crate::router::{Access, Router};
 use crate::{Buffer, Error, Result};
 
 /// Most pairs in one MPUT and most GETs in one pipelined batch: the node's
 /// MPUT limit, and a bound on leases one batch holds at once.
 pub const BATCH_MAX: usize = 1024;
 
-/// First retry waits this long; each further one doubles it.
-const BACKOFF_FIRST: Duration = Duration::from_millis(1);
-/// Longest wait between two tries.
-const BACKOFF_MAX: Duration = Duration::from_millis(100);
-
-/// How to reach a node and how hard to try.
+/// How to reach the cluster and how hard to try.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// RESP address of the node, `host:port`.
-    pub addr: String,
+    /// RESP addresses (`host:port`) of nodes to learn the slot map from;
+    /// any one that answers is enough. A standalone node (or a plain Redis)
+    /// is a cluster of one.
+    pub seeds: Vec<String>,
     /// Where this client's data-plane listener binds; nodes connect to it to
     /// pull PUT payloads, so it must be reachable from them.
     pub data_bind: SocketAddr,
-    /// Extra tries after the first for idempotent failures (connection lost
-    /// before a reply, `BUSY`, a stale read in `get_into`).
+    /// Extra tries after the first: for `BUSY` and stale reads, for socket
+    /// failures when `failover_enabled` is off, and the most `-MOVED`
+    /// redirects followed in a row.
     pub retry_attempts: u32,
     /// Deadline for connecting, writing one request, and reading one reply.
     pub timeout: Duration,
+    /// While a slot's owner is unreachable, serve reads from its replicas
+    /// and retry writes on the new owner, for up to `failover_timeout_ms`.
+    pub failover_enabled: bool,
+    /// How long one operation keeps trying other nodes before it fails.
+    /// Also bounds a connect attempt when failover is on.
+    pub failover_timeout_ms: u64,
+    /// How often the slot map is refreshed in the background and nodes
+    /// that failed are probed again (0: never; refreshes still follow
+    /// redirects and failures).
+    pub health_check_interval_ms: u64,
 }
 
 impl ClientConfig {
+    /// One seed.
     pub fn new(addr: impl Into<String>) -> Self {
+        Self::with_seeds([addr])
+    }
+
+    pub fn with_seeds<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
         Self {
-            addr: addr.into(),
+            seeds: seeds.into_iter().map(Into::into).collect(),
             data_bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             retry_attempts: 3,
             timeout: Duration::from_secs(30),
+            failover_enabled: true,
+            failover_timeout_ms: 5000,
+            health_check_interval_ms: 2000,
         }
     }
 }
 
-/// Whether a command may be sent again after its connection broke without
-/// a reply: a second PUT of the same bytes is harmless, a second NX PUT
-/// would report "exists" for the client's own first write.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Idempotent {
-    Yes,
-    No,
-}
-
-/// A connection to one strata node. Cheap to share (`Arc<Client>`):
-/// commands from concurrent tasks are serialized on the one command
-/// connection, data-plane reads run in parallel.
+/// A client of a strata cluster (or of one node). Cheap to share
+/// (`Arc<Client>`): commands from concurrent tasks to one node are
+/// serialized on its command connection, data-plane reads run in parallel.
 pub struct Client {
     cfg: ClientConfig,
     transport: Arc<TcpTransport>,
-    /// `None` until first use and after a connection broke.
-    conn: Mutex<Option<Conn>>,
+    router: Arc<Router>,
+    health: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(task) = &self.health {
+            task.abort();
+        }
+    }
 }
 
 impl Client {
+    /// A client seeded with one node.
     pub async fn connect(addr: impl Into<String>) -> Result<Self> {
         Self::connect_with(ClientConfig::new(addr)).await
     }
 
-    /// Binds the data plane and opens the command connection (so a wrong
-    /// address fails here, not on first use).
+    /// Binds the data plane and learns the slot map from the first seed
+    /// that answers (so wrong addresses fail here, not on first use).
     pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
         let transport = TcpTransport::bind(cfg.data_bind).await?;
-        let conn = Conn::connect(&cfg.addr, cfg.timeout).await?;
+        let router = Router::connect(cfg.clone()).await?;
+        let health = router.spawn_health_check();
         Ok(Self {
             cfg,
             transport,
-            conn: Mutex::new(Some(conn)),
+            router,
+            health,
         })
     }
 
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
+    }
+
+    /// RESP address of the node that owns `key` in the current slot map.
+    pub fn owner_of(&self, key: &[u8]) -> Option<String> {
+        self.router.slot_nodes(key_slot(key)).into_iter().next()
+    }
+
+    /// RESP addresses of every node in the current slot map.
+    pub fn cluster_nodes(&self) -> Vec<String> {
+        self.router.addrs()
     }
 
     /// `host:port` of this client's data-plane listener.
@@ -163,7 +193,7 @@ impl Client {
         } else {
             (&[b"PUT", key, desc.as_bytes()], Idempotent::Yes)
         };
-        expect_ok(self.call(args, idem).await?)
+        expect_ok(self.call_key(key, Access::Write, args, idem).await?)
     }
 
     /// Reads the value of `key` into `buf` at `offset`; returns its length.
@@ -171,16 +201,18 @@ impl Client {
     pub async fn get_into(&self, key: &[u8], buf: &mut Buffer, offset: usize) -> Result<usize> {
         let region = buf.region();
         let capacity = region_tail(region, offset)?;
+        let dst = self
+            .describe(region, offset..offset + capacity)?
+            .to_string();
+        let dst = dst.as_bytes();
         let mut attempt = 0;
         loop {
-            let dst = self.describe(region, offset..offset + capacity)?;
-            let dst = dst.to_string();
-            let reply = self
-                .call(&[b"GET", key, dst.as_bytes()], Idempotent::Yes)
-                .await?;
-            let lease = Lease::parse(reply)?;
-            let read = self.pull(&lease, region, offset, capacity).await;
-            self.release(&[lease.id]).await;
+            let read = self
+                .router
+                .routed(key_slot(key), Access::Read, Idempotent::Yes, |node| {
+                    self.get_on(node, key, dst, region, offset, capacity)
+                })
+                .await;
             match read {
                 Err(Error::Stale(_)) if attempt < self.cfg.retry_attempts => {
                     attempt += 1;
@@ -191,8 +223,32 @@ impl Client {
         }
     }
 
-    /// Puts every `(key, buffer, range)` with MPUT, up to [`BATCH_MAX`] pairs
-    /// per round trip; one result per item, in order.
+    /// GET with a destination on `node`, the read, and the release.
+    async fn get_on(
+        &self,
+        node: Arc<Node>,
+        key: &[u8],
+        dst: &[u8],
+        region: &Region,
+        offset: usize,
+        capacity: usize,
+    ) -> Result<usize> {
+        let reply = node
+            .call(
+                &[b"GET", key, dst],
+                Idempotent::Yes,
+                self.cfg.retry_attempts,
+            )
+            .await?;
+        let lease = Lease::parse(reply)?;
+        let read = self.pull(&lease, region, offset, capacity).await;
+        node.release(&[lease.id]).await;
+        read
+    }
+
+    /// Puts every `(key, buffer, range)` with MPUT: up to [`BATCH_MAX`]
+    /// pairs at a time, one MPUT per node owning some of them, the nodes
+    /// concurrently. One result per item, in order.
     pub async fn put_many<K: AsRef<[u8]>>(
         &self,
         items: &[(K, &Buffer, Range<usize>)],
@@ -215,54 +271,53 @@ impl Client {
         chunk: &[(K, &Buffer, Range<usize>)],
     ) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = Vec::with_capacity(chunk.len());
-        let mut descs = Vec::with_capacity(chunk.len());
-        for (_, buf, range) in chunk {
+        // (item, descriptor) of the pairs that go out.
+        let mut sent: Vec<(usize, String)> = Vec::with_capacity(chunk.len());
+        for (i, (_, buf, range)) in chunk.iter().enumerate() {
             match self.describe(buf.region(), range.clone()) {
                 Ok(d) => {
-                    descs.push(Some(d.to_string()));
+                    sent.push((i, d.to_string()));
                     results.push(Ok(()));
                 }
-                Err(e) => {
-                    descs.push(None);
-                    results.push(Err(e));
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let slots: Vec<u16> = sent
+            .iter()
+            .map(|(i, _)| key_slot(chunk[*i].0.as_ref()))
+            .collect();
+        let sent = &sent;
+        let retries = self.cfg.retry_attempts;
+        let outcomes = self
+            .router
+            .routed_batch(&slots, Access::Write, Idempotent::Yes, |node, idx| {
+                let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * idx.len());
+                args.push(b"MPUT");
+                for &j in &idx {
+                    let (i, desc) = &sent[j];
+                    args.push(chunk[*i].0.as_ref());
+                    args.push(desc.as_bytes());
                 }
-            }
-        }
-        let mut args: Vec<&[u8]> = vec![b"MPUT"];
-        let mut sent = Vec::new();
-        for (i, ((key, _, _), desc)) in chunk.iter().zip(&descs).enumerate() {
-            if let Some(desc) = desc {
-                args.push(key.as_ref());
-                args.push(desc.as_bytes());
-                sent.push(i);
-            }
-        }
-        if sent.is_empty() {
-            return results;
-        }
-        let replies = match self.call(&args, Idempotent::Yes).await {
-            Ok(BytesFrame::Array(replies)) if replies.len() == sent.len() => replies,
-            Ok(other) => {
-                let e = unexpected("one reply per MPUT pair", &other);
-                return fail_all(results, &sent, &e);
-            }
-            Err(e) => return fail_all(results, &sent, &e),
-        };
-        for (i, reply) in sent.into_iter().zip(replies) {
-            results[i] = match reply {
-                BytesFrame::Error(text) => Err(Error::from_reply(&text)),
-                other => expect_ok(other).and_then(|ok| match ok {
-                    true => Ok(()),
-                    false => Err(Error::Protocol("nil reply to an MPUT pair".into())),
-                }),
-            };
+                async move {
+                    match node.call(&args, Idempotent::Yes, retries).await? {
+                        BytesFrame::Array(replies) if replies.len() == idx.len() => {
+                            Ok(replies.into_iter().map(mput_pair).collect())
+                        }
+                        other => Err(unexpected("one reply per MPUT pair", &other)),
+                    }
+                }
+            })
+            .await;
+        for ((i, _), outcome) in sent.iter().zip(outcomes) {
+            results[*i] = outcome;
         }
         results
     }
 
-    /// Reads every `(key, buffer, offset)`: the GETs of up to [`BATCH_MAX`]
-    /// items go out in one write, their sources are read concurrently, and
-    /// their leases are released by one RELEASE. One result per item.
+    /// Reads every `(key, buffer, offset)`: up to [`BATCH_MAX`] items at a
+    /// time, the GETs for each node pipelined in one write (the nodes
+    /// concurrently), the sources read concurrently, each node's leases
+    /// released by one RELEASE. One result per item.
     pub async fn get_many<K: AsRef<[u8]>>(
         &self,
         items: &mut [(K, &mut Buffer, usize)],
@@ -285,79 +340,111 @@ impl Client {
         chunk: &[(K, &mut Buffer, usize)],
     ) -> Vec<Result<usize>> {
         let mut results: Vec<Result<usize>> = Vec::with_capacity(chunk.len());
-        let mut dsts = Vec::with_capacity(chunk.len());
-        for (_, buf, offset) in chunk {
+        // (item, capacity, destination) of the GETs that go out.
+        let mut sent: Vec<(usize, usize, String)> = Vec::with_capacity(chunk.len());
+        for (i, (_, buf, offset)) in chunk.iter().enumerate() {
             let dst = region_tail(buf.region(), *offset)
                 .and_then(|cap| Ok((cap, self.describe(buf.region(), *offset..*offset + cap)?)));
             match dst {
                 Ok((cap, d)) => {
-                    dsts.push(Some((cap, d.to_string())));
+                    sent.push((i, cap, d.to_string()));
                     results.push(Ok(0));
                 }
-                Err(e) => {
-                    dsts.push(None);
-                    results.push(Err(e));
-                }
+                Err(e) => results.push(Err(e)),
             }
         }
-        let mut commands: Vec<[&[u8]; 3]> = Vec::with_capacity(chunk.len());
-        let mut sent = Vec::new();
-        for (i, ((key, _, _), dst)) in chunk.iter().zip(&dsts).enumerate() {
-            if let Some((_, d)) = dst {
-                commands.push([b"GET", key.as_ref(), d.as_bytes()]);
-                sent.push(i);
-            }
-        }
-        let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
-        let replies = match self.exchange(&commands, Idempotent::Yes).await {
-            Ok(replies) => replies,
-            Err(e) => return fail_all(results, &sent, &e),
-        };
-        let mut leases = Vec::with_capacity(sent.len());
-        for (&i, reply) in sent.iter().zip(replies) {
-            match reply.and_then(Lease::parse) {
-                Ok(lease) => leases.push((i, lease)),
-                Err(e) => results[i] = Err(e),
-            }
-        }
-        let reads = leases.iter().map(|(i, lease)| {
-            let (_, buf, offset) = &chunk[*i];
-            let capacity = dsts[*i].as_ref().map_or(0, |(cap, _)| *cap);
-            self.pull(lease, buf.region(), *offset, capacity)
-        });
-        let outcomes = futures::future::join_all(reads).await;
-        let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
-        self.release(&ids).await;
-        for ((i, _), outcome) in leases.iter().zip(outcomes) {
+        let slots: Vec<u16> = sent
+            .iter()
+            .map(|(i, _, _)| key_slot(chunk[*i].0.as_ref()))
+            .collect();
+        let sent = &sent;
+        let outcomes = self
+            .router
+            .routed_batch(&slots, Access::Read, Idempotent::Yes, |node, idx| {
+                self.get_batch_on(node, idx, chunk, sent)
+            })
+            .await;
+        for ((i, _, _), outcome) in sent.iter().zip(outcomes) {
             results[*i] = outcome;
         }
         results
     }
 
-    /// `PREFIX k1 ... kn`: how many keys, from the first, are all present.
+    /// The GETs of `sent[idx]` on `node` in one write, their reads, one
+    /// RELEASE; one result per index.
+    async fn get_batch_on<K: AsRef<[u8]>>(
+        &self,
+        node: Arc<Node>,
+        idx: Vec<usize>,
+        chunk: &[(K, &mut Buffer, usize)],
+        sent: &[(usize, usize, String)],
+    ) -> Result<Vec<Result<usize>>> {
+        let commands: Vec<[&[u8]; 3]> = idx
+            .iter()
+            .map(|&j| {
+                let (i, _, dst) = &sent[j];
+                [b"GET" as &[u8], chunk[*i].0.as_ref(), dst.as_bytes()]
+            })
+            .collect();
+        let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
+        let replies = node.exchange(&commands, Idempotent::Yes).await?;
+        let mut out: Vec<Result<usize>> = idx.iter().map(|_| Ok(0)).collect();
+        let mut leases = Vec::with_capacity(idx.len());
+        for (k, reply) in replies.into_iter().enumerate() {
+            match reply.and_then(Lease::parse) {
+                Ok(lease) => leases.push((k, lease)),
+                Err(e) => out[k] = Err(e),
+            }
+        }
+        let reads = leases.iter().map(|(k, lease)| {
+            let (i, capacity, _) = &sent[idx[*k]];
+            let (_, buf, offset) = &chunk[*i];
+            self.pull(lease, buf.region(), *offset, *capacity)
+        });
+        let outcomes = futures::future::join_all(reads).await;
+        let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
+        node.release(&ids).await;
+        for ((k, _), outcome) in leases.iter().zip(outcomes) {
+            out[*k] = outcome;
+        }
+        Ok(out)
+    }
+
+    /// How many keys, from the first, are all present. The keys of each
+    /// node go to it in one `PREFIX` (the nodes concurrently); the answer
+    /// is the first key some node reports missing.
     pub async fn prefix<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<usize> {
-        let n = keys.len();
-        if n == 0 {
-            return Ok(0);
+        let slots: Vec<u16> = keys.iter().map(|k| key_slot(k.as_ref())).collect();
+        let retries = self.cfg.retry_attempts;
+        // Per key: present, absent, or unknown (after a missing one).
+        let presence = self
+            .router
+            .routed_batch(&slots, Access::Read, Idempotent::Yes, |node, idx| {
+                let group: Vec<&[u8]> = idx.iter().map(|&i| keys[i].as_ref()).collect();
+                async move {
+                    let present = prefix_on(&node, &group, retries).await?;
+                    Ok((0..group.len())
+                        .map(|k| Ok((k <= present).then_some(k < present)))
+                        .collect())
+                }
+            })
+            .await;
+        // A node's keys are in key order, so the first key not known to be
+        // present is one its node reported missing.
+        for (i, known) in presence.into_iter().enumerate() {
+            if known? != Some(true) {
+                return Ok(i);
+            }
         }
-        // `... PIN <integer>` at the end would be read as the PIN option:
-        // ask about all but the last key, then about the last one alone.
-        let ambiguous = n >= 2
-            && keys[n - 2].as_ref().eq_ignore_ascii_case(b"PIN")
-            && std::str::from_utf8(keys[n - 1].as_ref()).is_ok_and(|s| s.parse::<i64>().is_ok());
-        let asked = if ambiguous { n - 1 } else { n };
-        let mut args: Vec<&[u8]> = vec![b"PREFIX"];
-        args.extend(keys[..asked].iter().map(AsRef::as_ref));
-        let present = count(expect_int(self.call(&args, Idempotent::Yes).await?)?)?;
-        if ambiguous && present == asked && self.exists(keys[n - 1].as_ref()).await? {
-            return Ok(n);
-        }
-        Ok(present)
+        Ok(keys.len())
     }
 
     /// Inline `SET key value`: the value crosses the command connection.
     pub async fn set(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        match expect_ok(self.call(&[b"SET", key, value], Idempotent::Yes).await?)? {
+        let reply = self
+            .call_key(key, Access::Write, &[b"SET", key, value], Idempotent::Yes)
+            .await?;
+        match expect_ok(reply)? {
             true => Ok(()),
             false => Err(Error::Protocol("nil reply to SET without NX".into())),
         }
@@ -365,26 +452,53 @@ impl Client {
 
     /// Inline `GET key`.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        expect_bulk_or_nil(self.call(&[b"GET", key], Idempotent::Yes).await?)
+        expect_bulk_or_nil(
+            self.call_key(key, Access::Read, &[b"GET", key], Idempotent::Yes)
+                .await?,
+        )
     }
 
     /// `DEL key`: whether it existed. Not retried after a lost connection
     /// (a retry would report `false` for the client's own delete).
     pub async fn del(&self, key: &[u8]) -> Result<bool> {
-        Ok(expect_int(self.call(&[b"DEL", key], Idempotent::No).await?)? > 0)
+        let reply = self
+            .call_key(key, Access::Write, &[b"DEL", key], Idempotent::No)
+            .await?;
+        Ok(expect_int(reply)? > 0)
     }
 
     pub async fn exists(&self, key: &[u8]) -> Result<bool> {
-        Ok(expect_int(self.call(&[b"EXISTS", key], Idempotent::Yes).await?)? > 0)
+        let reply = self
+            .call_key(key, Access::Read, &[b"EXISTS", key], Idempotent::Yes)
+            .await?;
+        Ok(expect_int(reply)? > 0)
     }
 
-    /// `INFO section` as text.
+    /// `INFO section` of the first node that answers, as text.
     pub async fn info(&self, section: &str) -> Result<String> {
         let reply = self
-            .call(&[b"INFO", section.as_bytes()], Idempotent::Yes)
+            .router
+            .any_node_call(&[b"INFO", section.as_bytes()])
             .await?;
         let text = expect_bulk_or_nil(reply)?.unwrap_or_default();
         Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// One command about `key`, sent to its slot's node (see
+    /// [`Router::routed`]).
+    async fn call_key(
+        &self,
+        key: &[u8],
+        access: Access,
+        args: &[&[u8]],
+        idem: Idempotent,
+    ) -> Result<BytesFrame> {
+        let retries = self.cfg.retry_attempts;
+        self.router
+            .routed(key_slot(key), access, idem, |node| async move {
+                node.call(args, idem, retries).await
+            })
+            .await
     }
 
     fn describe(&self, region: &Region, range: Range<usize>) -> Result<Descriptor> {
@@ -417,87 +531,6 @@ impl Client {
                 .await?;
         }
         Ok(len as usize)
-    }
-
-    /// Hands leases back without waiting for the reply: a failure costs
-    /// nothing, the leases also end with their connection or their TTL.
-    async fn release(&self, ids: &[i64]) {
-        if ids.is_empty() {
-            return;
-        }
-        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
-        let mut args: Vec<&[u8]> = vec![b"RELEASE"];
-        args.extend(ids.iter().map(String::as_bytes));
-        let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.as_mut().filter(|c| !c.is_poisoned()) {
-            if let Err(e) = conn.send_detached(&[&args]).await {
-                tracing::debug!(error = %e, "RELEASE not sent; leases end with the connection");
-                *slot = None;
-            }
-        }
-    }
-
-    /// One command, retried on `BUSY` and (if idempotent) on a lost
-    /// connection.
-    async fn call(&self, args: &[&[u8]], idem: Idempotent) -> Result<BytesFrame> {
-        let mut attempt = 0;
-        loop {
-            let reply = self.exchange(&[args], idem).await?.pop();
-            let reply = reply.ok_or_else(|| Error::Protocol("no reply".into()))?;
-            match reply {
-                Err(Error::Busy(_)) if attempt < self.cfg.retry_attempts => {
-                    attempt += 1;
-                    backoff(attempt).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Sends `commands` in one write and reads one reply each; retried as a
-    /// whole if the connection is lost and the commands are idempotent.
-    async fn exchange(
-        &self,
-        commands: &[&[&[u8]]],
-        idem: Idempotent,
-    ) -> Result<Vec<Result<BytesFrame>>> {
-        let mut attempt = 0;
-        loop {
-            match self.exchange_once(commands).await {
-                Err(Error::Io(e))
-                    if idem == Idempotent::Yes && attempt < self.cfg.retry_attempts =>
-                {
-                    attempt += 1;
-                    tracing::debug!(error = %e, attempt, "command connection lost; reconnecting");
-                    backoff(attempt).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn exchange_once(&self, commands: &[&[&[u8]]]) -> Result<Vec<Result<BytesFrame>>> {
-        let mut slot = self.conn.lock().await;
-        let conn = match slot.take() {
-            Some(conn) if !conn.is_poisoned() => slot.insert(conn),
-            _ => slot.insert(Conn::connect(&self.cfg.addr, self.cfg.timeout).await?),
-        };
-        let outcome = async {
-            conn.send(commands).await?;
-            let mut replies = Vec::with_capacity(commands.len());
-            for _ in commands {
-                match conn.recv().await {
-                    Err(e) if e.breaks_connection() => return Err(e),
-                    reply => replies.push(reply),
-                }
-            }
-            Ok(replies)
-        }
-        .await;
-        if outcome.is_err() {
-            *slot = None;
-        }
-        outcome
     }
 }
 
@@ -545,36 +578,41 @@ fn count(n: i64) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::Protocol(format!("negative count {n}")))
 }
 
-/// Copies a batch-wide failure onto every item that was sent.
-fn fail_all<T>(mut results: Vec<Result<T>>, sent: &[usize], e: &Error) -> Vec<Result<T>> {
-    for &i in sent {
-        results[i] = Err(clone_error(e));
-    }
-    results
-}
-
-/// `Error` holds an `io::Error`, which is not `Clone`; keep kind and text.
-fn clone_error(e: &Error) -> Error {
-    match e {
-        Error::NotFound => Error::NotFound,
-        Error::TooLarge(m) => Error::TooLarge(m.clone()),
-        Error::Stale(m) => Error::Stale(m.clone()),
-        Error::BadDescriptor(m) => Error::BadDescriptor(m.clone()),
-        Error::NoSpace(m) => Error::NoSpace(m.clone()),
-        Error::Busy(m) => Error::Busy(m.clone()),
-        Error::Io(io) => Error::Io(std::io::Error::new(io.kind(), io.to_string())),
-        Error::Protocol(m) => Error::Protocol(m.clone()),
-        Error::Server { code, msg } => Error::Server {
-            code: code.clone(),
-            msg: msg.clone(),
+/// One MPUT pair's reply.
+fn mput_pair(reply: BytesFrame) -> Result<()> {
+    match reply {
+        BytesFrame::Error(text) => Err(Error::from_reply(&text)),
+        other => match expect_ok(other)? {
+            true => Ok(()),
+            false => Err(Error::Protocol("nil reply to an MPUT pair".into())),
         },
-        Error::Invalid(m) => Error::Invalid(m),
     }
 }
 
-async fn backoff(attempt: u32) {
-    let wait = BACKOFF_FIRST
-        .saturating_mul(1 << attempt.min(16))
-        .min(BACKOFF_MAX);
-    tokio::time::sleep(wait).await;
+/// `PREFIX` of `keys` on one node.
+async fn prefix_on(node: &Node, keys: &[&[u8]], retries: u32) -> Result<usize> {
+    let n = keys.len();
+    if n == 0 {
+        return Ok(0);
+    }
+    // `... PIN <integer>` at the end would be read as the PIN option:
+    // ask about all but the last key, then about the last one alone.
+    let ambiguous = n >= 2
+        && keys[n - 2].eq_ignore_ascii_case(b"PIN")
+        && std::str::from_utf8(keys[n - 1]).is_ok_and(|s| s.parse::<i64>().is_ok());
+    let asked = if ambiguous { n - 1 } else { n };
+    let mut args: Vec<&[u8]> = vec![b"PREFIX"];
+    args.extend(&keys[..asked]);
+    let present = count(expect_int(
+        node.call(&args, Idempotent::Yes, retries).await?,
+    )?)?;
+    if ambiguous && present == asked {
+        let last = node
+            .call(&[b"EXISTS", keys[n - 1]], Idempotent::Yes, retries)
+            .await?;
+        if expect_int(last)? > 0 {
+            return Ok(n);
+        }
+    }
+    Ok(present.min(n))
 }

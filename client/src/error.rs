@@ -29,6 +29,11 @@ pub enum Error {
     /// number of times before it reaches the caller.
     #[error("busy: {0}")]
     Busy(String),
+    /// The key's slot is served by another node (`-MOVED slot host:port`).
+    /// The client follows these itself; one reaches the caller only after
+    /// `retry_attempts` redirects in a row.
+    #[error("moved: slot {slot} is at {addr}")]
+    Moved { slot: u16, addr: String },
     /// Socket failure or timeout on the command connection or data plane.
     #[error("i/o: {0}")]
     Io(#[from] io::Error),
@@ -55,10 +60,62 @@ impl Error {
             "BADDESC" => Self::BadDescriptor(msg),
             "NOSPACE" => Self::NoSpace(msg),
             "BUSY" => Self::Busy(msg),
+            "MOVED" => match msg.split_once(' ').map(|(s, a)| (s.parse(), a)) {
+                Some((Ok(slot), addr)) if !addr.is_empty() => Self::Moved {
+                    slot,
+                    addr: addr.to_owned(),
+                },
+                _ => Self::Server {
+                    code: code.to_owned(),
+                    msg,
+                },
+            },
             _ => Self::Server {
                 code: code.to_owned(),
                 msg,
             },
+        }
+    }
+
+    /// The node could not be reached or stopped answering: try elsewhere.
+    pub(crate) fn is_node_failure(&self) -> bool {
+        matches!(self, Self::Io(_))
+    }
+
+    /// Certainly never delivered (refused connect): safe to send again even
+    /// when the command is not idempotent.
+    pub(crate) fn surely_unsent(&self) -> bool {
+        matches!(self, Self::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused)
+    }
+
+    /// The cluster is changing under the request (a node not joined yet, a
+    /// batch split differently by the node's ring): retry after a refresh.
+    pub(crate) fn is_cluster_transient(&self) -> bool {
+        matches!(self, Self::Server { code, .. }
+            if matches!(code.as_str(), "CLUSTERDOWN" | "CROSSSLOT" | "TRYAGAIN"))
+    }
+
+    /// A copy for each item of a batch that failed as a whole (`io::Error`
+    /// is not `Clone`: kind and text are kept).
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Self::NotFound => Self::NotFound,
+            Self::TooLarge(m) => Self::TooLarge(m.clone()),
+            Self::Stale(m) => Self::Stale(m.clone()),
+            Self::BadDescriptor(m) => Self::BadDescriptor(m.clone()),
+            Self::NoSpace(m) => Self::NoSpace(m.clone()),
+            Self::Busy(m) => Self::Busy(m.clone()),
+            Self::Moved { slot, addr } => Self::Moved {
+                slot: *slot,
+                addr: addr.clone(),
+            },
+            Self::Io(e) => Self::Io(io::Error::new(e.kind(), e.to_string())),
+            Self::Protocol(m) => Self::Protocol(m.clone()),
+            Self::Server { code, msg } => Self::Server {
+                code: code.clone(),
+                msg: msg.clone(),
+            },
+            Self::Invalid(m) => Self::Invalid(m),
         }
     }
 
@@ -112,6 +169,13 @@ mod tests {
             Error::from_reply("BUSY too many leases"),
             Error::Busy(_)
         ));
+        assert!(
+            matches!(Error::from_reply("MOVED 3999 10.0.0.2:7379"), Error::Moved { slot: 3999, addr } if addr == "10.0.0.2:7379")
+        );
+        assert!(
+            matches!(Error::from_reply("MOVED junk"), Error::Server { code, .. } if code == "MOVED")
+        );
+        assert!(Error::from_reply("CROSSSLOT Keys in request").is_cluster_transient());
         assert!(
             matches!(Error::from_reply("ERR syntax error"), Error::Server { code, msg } if code == "ERR" && msg == "syntax error")
         );

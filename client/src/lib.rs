@@ -1,7 +1,12 @@
 //! strata's Rust SDK.
 //!
-//! A [`Client`] holds one RESP command connection to a node and its own
-//! data-plane listener ([`strata_rdma::tcp::TcpTransport`]). Payloads never
+//! A [`Client`] routes by itself: it learns the slot map (`CLUSTER SLOTS`)
+//! from any seed node, sends each key to its slot's owner over one RESP
+//! command connection per node, follows `-MOVED`, splits batches by node,
+//! and while a node is down serves reads from replicas and retries writes
+//! on the new owner (`failover_timeout_ms`). A standalone node is a cluster
+//! of one. It runs its own data-plane listener
+//! ([`strata_rdma::tcp::TcpTransport`]). Payloads never
 //! cross the command connection on the zero-copy path: for a PUT the node
 //! pulls the bytes from a registered client [`Buffer`]; for a GET the node
 //! leases the value and the client pulls it into a registered buffer, then
@@ -26,6 +31,9 @@ mod buffer;
 mod client;
 mod conn;
 mod error;
+mod node;
+mod router;
+mod slots;
 
 pub use buffer::Buffer;
 pub use client::{Client, ClientConfig, BATCH_MAX};

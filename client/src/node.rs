@@ -1,0 +1,182 @@
+//! One node as the client sees it: its lazily opened command connection
+//! and whether it failed recently. Knows nothing about slots.
+
+use std::sync::Mutex as SyncMutex;
+use std::time::{Duration, Instant};
+
+use redis_protocol::resp2::types::BytesFrame;
+use tokio::sync::Mutex;
+
+use crate::conn::Conn;
+use crate::{Error, Result};
+
+/// A node that failed at the socket level gets no requests for this long
+/// when another node can serve them; the health check probes it meanwhile.
+const DOWN_HOLD: Duration = Duration::from_millis(250);
+
+/// Whether a command may be sent again after its connection broke without
+/// a reply: a second PUT of the same bytes is harmless, a second NX PUT
+/// would report "exists" for the client's own first write.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Idempotent {
+    Yes,
+    No,
+}
+
+pub(crate) struct Node {
+    /// `host:port` as the slot map or a redirect names it.
+    pub(crate) addr: String,
+    /// `None` until first use and after a connection broke.
+    conn: Mutex<Option<Conn>>,
+    /// When a request to it last failed at the socket level; cleared when
+    /// it answers again.
+    down_at: SyncMutex<Option<Instant>>,
+    io_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Node {
+    pub(crate) fn new(addr: &str, io_timeout: Duration, connect_timeout: Duration) -> Self {
+        Self {
+            addr: addr.to_owned(),
+            conn: Mutex::new(None),
+            down_at: SyncMutex::new(None),
+            io_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// Failed within the last `DOWN_HOLD`.
+    pub(crate) fn down_recently(&self) -> bool {
+        self.down_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t.elapsed() < DOWN_HOLD)
+    }
+
+    /// Failed and has not answered since.
+    pub(crate) fn is_down(&self) -> bool {
+        self.down_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    pub(crate) fn mark_down(&self) {
+        *self.down_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    fn mark_up(&self) {
+        *self.down_at.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// `commands` in one write, one reply each (error replies as `Err`).
+    /// A pooled connection the node closed meanwhile is replaced once for
+    /// idempotent commands; any other socket failure marks the node down.
+    pub(crate) async fn exchange(
+        &self,
+        commands: &[&[&[u8]]],
+        idem: Idempotent,
+    ) -> Result<Vec<Result<BytesFrame>>> {
+        let mut slot = self.conn.lock().await;
+        let pooled = slot.as_ref().is_some_and(|c| !c.is_poisoned());
+        let mut outcome = self.exchange_on(&mut slot, commands).await;
+        if pooled && idem == Idempotent::Yes && matches!(outcome, Err(Error::Io(_))) {
+            outcome = self.exchange_on(&mut slot, commands).await;
+        }
+        match &outcome {
+            Err(e) if e.is_node_failure() => self.mark_down(),
+            Err(_) => {}
+            Ok(_) => self.mark_up(),
+        }
+        outcome
+    }
+
+    async fn exchange_on(
+        &self,
+        slot: &mut Option<Conn>,
+        commands: &[&[&[u8]]],
+    ) -> Result<Vec<Result<BytesFrame>>> {
+        let conn = match slot.take() {
+            Some(conn) if !conn.is_poisoned() => slot.insert(conn),
+            _ => {
+                let connect = Conn::connect(&self.addr, self.io_timeout);
+                let conn = tokio::time::timeout(self.connect_timeout, connect)
+                    .await
+                    .map_err(|_| {
+                        Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("connect to {} timed out", self.addr),
+                        ))
+                    })??;
+                slot.insert(conn)
+            }
+        };
+        let outcome = async {
+            conn.send(commands).await?;
+            let mut replies = Vec::with_capacity(commands.len());
+            for _ in commands {
+                match conn.recv().await {
+                    Err(e) if e.breaks_connection() => return Err(e),
+                    reply => replies.push(reply),
+                }
+            }
+            Ok(replies)
+        }
+        .await;
+        if outcome.is_err() {
+            *slot = None;
+        }
+        outcome
+    }
+
+    /// One command, retried on `BUSY` up to `busy_retries` times.
+    pub(crate) async fn call(
+        &self,
+        args: &[&[u8]],
+        idem: Idempotent,
+        busy_retries: u32,
+    ) -> Result<BytesFrame> {
+        let mut attempt = 0;
+        loop {
+            let reply = self.exchange(&[args], idem).await?.pop();
+            match reply.ok_or_else(|| Error::Protocol("no reply".into()))? {
+                Err(Error::Busy(_)) if attempt < busy_retries => {
+                    attempt += 1;
+                    backoff(attempt).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Hands leases back without waiting for the reply: a failure costs
+    /// nothing, the leases also end with their connection or their TTL.
+    pub(crate) async fn release(&self, ids: &[i64]) {
+        if ids.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+        let mut args: Vec<&[u8]> = vec![b"RELEASE"];
+        args.extend(ids.iter().map(String::as_bytes));
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_mut().filter(|c| !c.is_poisoned()) {
+            if let Err(e) = conn.send_detached(&[&args]).await {
+                tracing::debug!(node = %self.addr, error = %e, "RELEASE not sent; leases end with the connection");
+                *slot = None;
+            }
+        }
+    }
+}
+
+/// First retry waits this long; each further one doubles it.
+const BACKOFF_FIRST: Duration = Duration::from_millis(1);
+/// Longest wait between two tries.
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+
+pub(crate) async fn backoff(attempt: u32) {
+    let wait = BACKOFF_FIRST
+        .saturating_mul(1 << attempt.min(16))
+        .min(BACKOFF_MAX);
+    tokio::time::sleep(wait).await;
+}
