@@ -3,12 +3,12 @@
 # runs a verified workload against the cluster and exits non-zero on any
 # error or wrong value.
 #
-#   STRATA_BENCH_TOOL=strata-bench, or auto with strata-bench in the image and
-#   standalone nodes:
-#       strata-bench --addr $STRATA_BENCH_ADDR $STRATA_BENCH_ARGS (verification is on by default).
-#       strata-bench does not follow -MOVED yet, so against the cluster it
-#       fails on every key its entry node does not own: auto skips it there.
-#   otherwise (auto in cluster mode, or STRATA_BENCH_TOOL=redis-cli):
+#   STRATA_BENCH_TOOL=strata-bench, or auto with strata-bench in the image:
+#       strata-bench --addr $STRATA_BENCH_ADDR $STRATA_BENCH_ARGS (verification
+#       is on by default). It routes by the cluster's slot map and follows
+#       -MOVED; the default arguments use inline values, because the bench
+#       container's data plane is not reachable from the nodes.
+#   otherwise (no strata-bench, or STRATA_BENCH_TOOL=redis-cli):
 #       writes STRATA_BENCH_KEYS keys of STRATA_BENCH_VALUE_SIZE bytes with
 #       known values through `redis-cli -c` (follows -MOVED), entering the
 #       cluster at every node in turn, then reads every key back and compares.
@@ -16,7 +16,7 @@
 # Env: STRATA_BENCH_NODES (default node1:7379,node2:7379,node3:7379),
 #      STRATA_BENCH_RING (ring_nodes to wait for; default: number of nodes),
 #      STRATA_BENCH_KEYS (1000), STRATA_BENCH_VALUE_SIZE (1024),
-#      STRATA_BENCH_TOOL (auto), STRATA_BENCH_ADDR (first node), STRATA_BENCH_ARGS.
+#      STRATA_BENCH_TOOL (auto), STRATA_BENCH_ADDR (all nodes, as seeds), STRATA_BENCH_ARGS.
 set -euo pipefail
 
 IFS=, read -ra NODES <<<"${STRATA_BENCH_NODES:-node1:7379,node2:7379,node3:7379}"
@@ -34,10 +34,9 @@ standalone() { [ -z "$(cli "$1" CONFIG GET metadata_server 2>/dev/null | sed -n 
 
 # 1. the ring: every node sees $RING nodes (bounded; a standalone node: itself)
 deadline=$((SECONDS + ${STRATA_BENCH_WAIT_S:-60}))
-all_standalone=1
 for n in "${NODES[@]}"; do
     want=$RING
-    if standalone "$n"; then want=1; else all_standalone=0; fi
+    if standalone "$n"; then want=1; fi
     until [ "$(ring_of "$n")" = "$want" ]; do
         if [ $SECONDS -ge $deadline ]; then
             log "$n: ring of $(ring_of "$n") node(s) after ${STRATA_BENCH_WAIT_S:-60}s (want $want)"; exit 1
@@ -50,9 +49,8 @@ log "ring complete on ${NODES[*]} ($want node(s) each)"
 # 2. strata-bench --------------------------------------------------------------
 have_bench=0
 command -v strata-bench >/dev/null && have_bench=1
-if [ "$TOOL" = strata-bench ] && [ "$have_bench" = 1 ] ||
-    { [ "$TOOL" = auto ] && [ "$have_bench" = 1 ] && [ "$all_standalone" = 1 ]; }; then
-    addr=${STRATA_BENCH_ADDR:-${NODES[0]}}
+if [ "$TOOL" != redis-cli ] && [ "$have_bench" = 1 ]; then
+    addr=${STRATA_BENCH_ADDR:-$(IFS=,; echo "${NODES[*]}")}
     # shellcheck disable=SC2086 # STRATA_BENCH_ARGS is a list of flags
     set -- ${STRATA_BENCH_ARGS:---api inline --sizes 4KiB,64KiB --keys 64 --ops put,get --verify true}
     log "strata-bench --addr $addr $*"
@@ -65,7 +63,6 @@ fi
 # 3. redis-cli -c workload -----------------------------------------------------
 why=" (STRATA_BENCH_TOOL=$TOOL)"
 [ "$TOOL" = auto ] && [ "$have_bench" = 0 ] && why=" (no strata-bench in this image)"
-[ "$TOOL" = auto ] && [ "$have_bench" = 1 ] && why=" (strata-bench does not follow -MOVED; STRATA_BENCH_TOOL=strata-bench to run it anyway)"
 log "redis-cli -c workload: $KEYS keys x $SIZE bytes, entering at ${NODES[*]}$why"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
