@@ -156,16 +156,5 @@ mod tests {
         );
         assert!(parse_options(&v(&["REPLICAS", "0"]), 0, "set").is_err());
         assert!(parse_options(&v(&["REPLICAS", "9"]), 0, "set").is_err());
-        let v = |o: &[&str]| {
-            o.iter()
-                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            parse_options(&v(&["REPLICAS", "2"]), 0, "set").unwrap().2,
-            Some(2)
-        );
-        assert!(parse_options(&v(&["REPLICAS", "0"]), 0, "set").is_err());
-        assert!(parse_options(&v(&["REPLICAS", "9"]), 0, "set").is_err());
     }
 }
