@@ -30,9 +30,11 @@ use crate::node::{now_ms, Node};
 /// Replies accumulate up to this much before being written mid-batch, so a
 /// deep pipeline of GETs cannot grow the reply buffer without bound.
 const FLUSH_BYTES: usize = 256 * 1024;
-/// Values at least this large are written from store memory directly;
-/// smaller ones are cheaper to copy into the batched reply buffer.
-const DIRECT_WRITE_BYTES: usize = 32 * 1024;
+/// Values at least this large are written from store memory (pinned until
+/// written); smaller ones are cheaper to copy than to give their own iovec.
+const COPY_VALUE_BYTES: usize = 1024;
+/// iovecs per vectored write stay under the kernel's IOV_MAX (1024).
+const MAX_SEGMENTS: usize = 512;
 /// Initial read buffer; grows to the size of the largest request in flight.
 const READ_BUF_BYTES: usize = 16 * 1024;
 /// A read buffer grown for a huge request is given back once it is idle
@@ -54,11 +56,30 @@ pub struct Session {
     pub leases: HashSet<u64>,
 }
 
+/// A piece of queued reply output.
+enum Segment {
+    Buf(Bytes),
+    /// A pinned value, written straight from store memory.
+    Value(Value),
+}
+
+impl Segment {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Segment::Buf(b) => b,
+            Segment::Value(v) => v.as_slice(),
+        }
+    }
+}
+
 struct Conn<'a> {
     node: &'a Arc<Node>,
     sock: TcpStream,
     rbuf: BytesMut,
     wbuf: BytesMut,
+    /// Output queued before `wbuf` (in order), and its size.
+    queued: Vec<Segment>,
+    queued_bytes: usize,
     discard: Option<Discard>,
     session: Session,
 }
@@ -80,6 +101,8 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         sock,
         rbuf: BytesMut::with_capacity(READ_BUF_BYTES),
         wbuf: BytesMut::with_capacity(READ_BUF_BYTES),
+        queued: Vec::new(),
+        queued_bytes: 0,
         discard: None,
         session,
     };
@@ -250,60 +273,93 @@ impl Conn<'_> {
                 }
             }
         }
-        if self.wbuf.len() >= FLUSH_BYTES {
+        if self.wbuf.len() + self.queued_bytes >= FLUSH_BYTES {
             self.flush().await?;
         }
         Ok(())
     }
 
-    /// Writes one value as a bulk string (or nil).
+    /// Queues one value as a bulk string (or nil). Values are not copied:
+    /// the reply buffer so far and the pinned value are queued as separate
+    /// segments and written together with one vectored write at flush.
     async fn value(&mut self, v: Option<Value>) -> std::io::Result<()> {
         let Some(v) = v else {
             Reply::Nil.encode(self.session.resp, &mut self.wbuf);
             return Ok(());
         };
-        let bytes = v.as_slice();
-        strata_proto::reply::bulk_header(bytes.len(), &mut self.wbuf);
-        if bytes.len() < DIRECT_WRITE_BYTES {
-            self.wbuf.extend_from_slice(bytes);
+        strata_proto::reply::bulk_header(v.as_slice().len(), &mut self.wbuf);
+        if v.as_slice().len() < COPY_VALUE_BYTES {
+            self.wbuf.extend_from_slice(v.as_slice());
         } else {
-            // Pending replies, then the value from store memory, in one
-            // vectored write where the kernel allows.
-            let mut head = std::mem::take(&mut self.wbuf);
-            let mut body: &[u8] = bytes;
-            while !head.is_empty() || !body.is_empty() {
-                let bufs = [IoSlice::new(&head), IoSlice::new(body)];
-                let n = self.sock.write_vectored(&bufs).await?;
-                if n == 0 {
-                    return Err(std::io::ErrorKind::WriteZero.into());
-                }
-                self.node
-                    .metrics
-                    .counters
-                    .net_output_bytes_total
-                    .fetch_add(n as u64, Relaxed);
-                let from_head = n.min(head.len());
-                head.advance(from_head);
-                body = &body[n - from_head..];
+            self.queued_bytes += self.wbuf.len() + v.as_slice().len();
+            self.queued.push(Segment::Buf(self.wbuf.split().freeze()));
+            self.queued.push(Segment::Value(v));
+            if self.queued.len() >= MAX_SEGMENTS {
+                self.flush().await?;
             }
-            head.clear();
-            self.wbuf = head;
         }
         self.wbuf.extend_from_slice(b"\r\n");
         Ok(())
     }
 
+    /// Writes everything queued: the segments, then the reply buffer.
     async fn flush(&mut self) -> std::io::Result<()> {
-        if self.wbuf.is_empty() {
-            return Ok(());
+        if !self.wbuf.is_empty() {
+            if self.queued.is_empty() {
+                self.sock.write_all(&self.wbuf).await?;
+                self.count_out(self.wbuf.len());
+                self.wbuf.clear();
+                return Ok(());
+            }
+            self.queued.push(Segment::Buf(self.wbuf.split().freeze()));
         }
-        self.sock.write_all(&self.wbuf).await?;
+        let mut segments = std::mem::take(&mut self.queued);
+        let (mut first, mut offset) = (0usize, 0usize);
+        while first < segments.len() {
+            let n = {
+                let mut bufs = Vec::with_capacity(segments.len() - first);
+                bufs.push(IoSlice::new(&segments[first].bytes()[offset..]));
+                bufs.extend(
+                    segments[first + 1..]
+                        .iter()
+                        .map(|s| IoSlice::new(s.bytes())),
+                );
+                self.sock.write_vectored(&bufs).await?
+            };
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.count_out(n);
+            // Advance past what the kernel took.
+            let mut left = n;
+            while left > 0 {
+                let rest = segments[first].bytes().len() - offset;
+                if left >= rest {
+                    left -= rest;
+                    first += 1;
+                    offset = 0;
+                } else {
+                    offset += left;
+                    left = 0;
+                }
+            }
+            while first < segments.len() && segments[first].bytes().len() == offset {
+                first += 1;
+                offset = 0;
+            }
+        }
+        // Values are unpinned here, once they are written.
+        segments.clear();
+        self.queued = segments;
+        self.queued_bytes = 0;
+        Ok(())
+    }
+
+    fn count_out(&self, n: usize) {
         self.node
             .metrics
             .counters
             .net_output_bytes_total
-            .fetch_add(self.wbuf.len() as u64, Relaxed);
-        self.wbuf.clear();
-        Ok(())
+            .fetch_add(n as u64, Relaxed);
     }
 }
