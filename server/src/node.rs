@@ -18,6 +18,8 @@ use crate::config::Config;
 use crate::lease::{LeaseGuard, Leases, SWEEP_INTERVAL};
 use crate::metrics::Metrics;
 
+/// How long a cluster member remembers a delete.
+const TOMBSTONE_MS: u64 = 10 * 60 * 1000;
 /// Latency samples are folded into histograms this often.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Active expiry runs this often...
@@ -66,6 +68,9 @@ impl Node {
             capacity_bytes: cfg.cpu_memory_pool_size,
             max_value_bytes: cfg.effective_max_value(),
             high_watermark: cfg.eviction_high_watermark,
+            // Deletes are remembered in a cluster, long enough for any
+            // repair or hand-off racing them to have finished.
+            tombstone_ms: if cfg.standalone() { 0 } else { TOMBSTONE_MS },
         })?;
         let limits = Limits {
             max_bulk_len: cfg.effective_max_value(),

@@ -38,7 +38,14 @@ pub struct StoreConfig {
     /// Fraction of capacity above which writes evict first. Below 1.0 so
     /// that size-class fragmentation never makes a fitting value fail.
     pub high_watermark: f64,
+    /// How long a delete is remembered (0 = not at all). A cluster member
+    /// needs it: a copy of a deleted key arriving late from another node
+    /// (repair, hand-off) must not bring the key back.
+    pub tombstone_ms: u64,
 }
+
+/// Tombstones kept at most; the oldest go first.
+const MAX_TOMBSTONES: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum StoreError {
@@ -280,9 +287,35 @@ struct Index {
     lru: BTreeMap<u64, Bytes>,
     expiry: BTreeSet<(u64, Bytes)>,
     tick: u64,
+    /// Deleted keys → (version of the delete, when).
+    tombstones: HashMap<Bytes, u64, Xxh3Builder>,
+    tombstone_order: std::collections::VecDeque<(u64, Bytes)>,
 }
 
 impl Index {
+    fn bury(&mut self, key: &[u8], now_ms: u64, keep_ms: u64) {
+        if keep_ms == 0 {
+            return;
+        }
+        // Newer than any write this node accepted in the same millisecond.
+        let version = (now_ms << 20) | 0xf_ffff;
+        let key = Bytes::copy_from_slice(key);
+        self.tombstones.insert(key.clone(), version);
+        self.tombstone_order.push_back((now_ms, key));
+        while let Some((at, k)) = self.tombstone_order.front() {
+            if *at + keep_ms > now_ms && self.tombstone_order.len() <= MAX_TOMBSTONES {
+                break;
+            }
+            let at = *at;
+            let k = k.clone();
+            self.tombstone_order.pop_front();
+            // Only if not re-buried since.
+            if self.tombstones.get(&k).is_some_and(|v| *v >> 20 <= at) {
+                self.tombstones.remove(&k);
+            }
+        }
+    }
+
     fn next_tick(&mut self) -> u64 {
         self.tick += 1;
         self.tick
@@ -299,6 +332,7 @@ impl Index {
     }
 
     fn insert(&mut self, key: Bytes, slot: Arc<Slot>, expire_at_ms: Option<u64>) -> Option<Entry> {
+        self.tombstones.remove(&key);
         let old = self.remove(&key);
         let tick = self.next_tick();
         self.order.insert((scan_hash(&key), key.clone()));
@@ -566,9 +600,11 @@ impl Store {
         let mut expired = Vec::new();
         let (stored, _replaced_or_refused) = {
             let mut index = self.index.lock();
-            let newer = index
-                .live(&key, now_ms, &mut expired)
-                .is_none_or(|e| e.slot.version < version);
+            let buried = index.tombstones.get(&key).is_some_and(|t| *t >= version);
+            let newer = !buried
+                && index
+                    .live(&key, now_ms, &mut expired)
+                    .is_none_or(|e| e.slot.version < version);
             if newer {
                 (true, index.insert(key, slot, expire_at_ms).map(|e| e.slot))
             } else {
@@ -579,9 +615,12 @@ impl Store {
         stored
     }
 
-    /// The version of `key`'s live value, if any.
+    /// The newest version this node knows for `key`: its live value's, or
+    /// its delete's.
     pub fn version_of(&self, key: &[u8], now_ms: u64) -> Option<u64> {
-        self.meta(key, now_ms).map(|m| m.version)
+        let tomb = self.index.lock().tombstones.get(key).copied();
+        let live = self.meta(key, now_ms).map(|m| m.version);
+        live.max(tomb)
     }
 
     /// The value, pinned, and marks it recently used.
@@ -666,15 +705,19 @@ impl Store {
         found
     }
 
-    /// Removes `key`; returns whether it was there (and live).
+    /// Removes `key`; returns whether it was there (and live). With
+    /// tombstones on, the delete is remembered whether or not the key was
+    /// here, so an older copy arriving later is refused.
     pub fn delete(&self, key: &[u8], now_ms: u64) -> bool {
         let mut expired = Vec::new();
         let removed = {
             let mut index = self.index.lock();
-            match index.live(key, now_ms, &mut expired) {
+            let removed = match index.live(key, now_ms, &mut expired) {
                 Some(_) => index.remove(key),
                 None => None,
-            }
+            };
+            index.bury(key, now_ms, self.cfg.tombstone_ms);
+            removed
         };
         self.note_expired(expired);
         removed.is_some()

@@ -13,6 +13,7 @@ fn store(capacity: u64) -> Store {
         capacity_bytes: capacity,
         max_value_bytes: capacity,
         high_watermark: 0.95,
+        tombstone_ms: 0,
     })
     .unwrap()
 }
@@ -197,6 +198,7 @@ fn too_large_is_refused_before_allocation() {
         capacity_bytes: 8 * MIB,
         max_value_bytes: MIB,
         high_watermark: 0.95,
+        tombstone_ms: 0,
     })
     .unwrap();
     assert_eq!(
@@ -281,4 +283,38 @@ fn commit_all_is_atomic_and_replaces() {
     assert_eq!(s.get(b"a", 0).unwrap().as_slice(), b"new");
     assert_eq!(s.get(b"b", 0).unwrap().as_slice(), b"new");
     assert_eq!(s.stats().value_bytes, 6);
+}
+
+#[test]
+fn tombstones_refuse_older_copies_of_deleted_keys() {
+    let s = Store::new(StoreConfig {
+        capacity_bytes: 16 * MIB,
+        max_value_bytes: MIB,
+        high_watermark: 0.95,
+        tombstone_ms: 60_000,
+    })
+    .unwrap();
+    let copy = |s: &Store, version: u64, now: u64| {
+        let mut r = s.reserve(3).unwrap();
+        r.as_mut_slice().copy_from_slice(b"old");
+        s.commit_copy(Bytes::from_static(b"k"), r, version, None, now)
+    };
+    // A key deleted at t=1000 (even one this node never held)...
+    assert!(!s.delete(b"k", 1000));
+    // ...refuses a copy written before the delete, and reports the
+    // delete's version so senders skip the transfer.
+    assert!(!copy(&s, 999 << 20, 1001));
+    assert!(!s.exists(b"k", 1001));
+    assert!(s.version_of(b"k", 1001).unwrap() > (1000 << 20));
+    // A copy written after the delete is accepted.
+    assert!(copy(&s, 1002 << 20, 1003));
+    assert!(s.exists(b"k", 1003));
+    // A local write clears the tombstone.
+    s.delete(b"k", 2000);
+    put(&s, "k", b"new", 2001).unwrap();
+    assert_eq!(s.get(b"k", 2001).unwrap().as_slice(), b"new");
+    // Tombstones are forgotten after tombstone_ms.
+    s.delete(b"k", 3000);
+    s.delete(b"other", 70_000);
+    assert!(copy(&s, 3001 << 20, 70_001));
 }

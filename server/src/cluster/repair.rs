@@ -17,6 +17,8 @@ use strata_ring::{key_slot, Ring, SLOTS};
 use super::replicate;
 use crate::node::{now_ms, Node};
 
+/// Nodes beyond the replica set asked during a read-through.
+const FETCH_EXTRA_HOLDERS: usize = 2;
 /// Keys looked at per scan step.
 const SCAN_BATCH: usize = 256;
 
@@ -88,13 +90,26 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
 /// peer call timeout; a key nobody has stays missing.
 pub async fn fetch(node: &Arc<Node>, keys: Vec<bytes::Bytes>) {
     let before = node.repaired_ring();
+    let now = node.cluster.ring();
     let copies = node.cfg.replica_num as usize;
     let me = node.cluster.me.id.clone();
     for key in keys {
-        for holder in before.replicas(key_slot(&key), copies) {
-            if holder.id == me {
-                continue;
+        // The holders under the last repaired ring, then the current
+        // replica set and the next nodes clockwise: a node that just
+        // (re)started has no previous ring, and its key's other copy is on
+        // a current replica or on the node that held the slot meanwhile.
+        let slot = key_slot(&key);
+        let mut holders: Vec<strata_ring::NodeRecord> = Vec::new();
+        for n in before
+            .replicas(slot, copies)
+            .into_iter()
+            .chain(now.replicas(slot, copies + FETCH_EXTRA_HOLDERS))
+        {
+            if n.id != me && !holders.iter().any(|h| h.id == n.id) {
+                holders.push(n.clone());
             }
+        }
+        for holder in holders {
             let args: [&[u8]; 3] = [b"STRATA.HANDOFF", &key, me.as_bytes()];
             if node.peers.call(&holder.resp_addr, &args).await.is_ok() {
                 break;
