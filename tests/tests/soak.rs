@@ -10,14 +10,17 @@
 //! `--nocapture` for the figures.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use strata_ring::key_slot;
-use strata_tests::cluster::{dbsize, info_cluster_field, Cluster, ClusterClient, RING_TIMEOUT};
-use strata_tests::{wait_until, within};
+use strata_tests::cluster::{
+    dbsize, info_cluster_field, try_request, Cluster, ClusterClient, RING_TIMEOUT,
+};
+use strata_tests::{parse_reply, wait_until, within, Resp};
 
 const CLIENTS: usize = 4;
 const KEYS_PER_CLIENT: usize = 100;
@@ -32,7 +35,7 @@ const ERROR_PAUSE: Duration = Duration::from_millis(50);
 const ETCD_DOWN: Duration = Duration::from_secs(5);
 /// Settling after the load: ring agreement plus repair of a few hundred
 /// keys in a debug build.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A node not restarted may grow this much over the run.
 const RSS_GROWTH_MAX_BYTES: u64 = 64 << 20;
 const MIB: u64 = 1 << 20;
@@ -117,6 +120,7 @@ fn client(
     mut rng: Rng,
     stop: Arc<AtomicBool>,
     figs: Arc<Figures>,
+    start: Instant,
 ) -> HashMap<Vec<u8>, KeyModel> {
     let keys: Vec<Vec<u8>> = (0..KEYS_PER_CLIENT)
         .map(|j| format!("c{t}:{j}").into_bytes())
@@ -157,7 +161,8 @@ fn client(
                     };
                     if !possible {
                         figs.violations.lock().unwrap().push(format!(
-                            "DEL {} removed {}, want {} or one of {:?}",
+                            "t={:.1}s DEL {} removed {}, want {} or one of {:?}",
+                            start.elapsed().as_secs_f64(),
                             String::from_utf8_lossy(key),
                             u8::from(removed),
                             show(&m.acked),
@@ -178,7 +183,8 @@ fn client(
                 Ok(got) => {
                     if !m.allows(&got) {
                         figs.violations.lock().unwrap().push(format!(
-                            "GET {} = {}, want {} or one of {:?}",
+                            "t={:.1}s GET {} = {}, want {} or one of {:?}",
+                            start.elapsed().as_secs_f64(),
                             String::from_utf8_lossy(key),
                             show(&got),
                             show(&m.acked),
@@ -213,21 +219,30 @@ fn client(
 /// Kills a random node, waits until its lease expired (the others dropped
 /// it from their rings), restarts it with the same id and ports, and waits
 /// until every node has all three again.
-fn kill_and_restart(cluster: &mut Cluster, rng: &mut Rng) -> usize {
+fn kill_and_restart(cluster: &mut Cluster, rng: &mut Rng, start: Instant) -> usize {
     let i = rng.below(cluster.nodes.len() as u64) as usize;
+    let t = || start.elapsed().as_secs_f64();
     cluster.kill(i);
+    println!("t={:.1}s chaos: killed n{i}", t());
     cluster.wait_ring(2);
+    println!("t={:.1}s chaos: ring without n{i}; restarting it", t());
     cluster.restart(i);
     cluster.wait_ring(3);
+    println!("t={:.1}s chaos: ring has n{i} again", t());
     i
 }
 
-fn etcd_outage(cluster: &mut Cluster) {
+fn etcd_outage(cluster: &mut Cluster, start: Instant) {
+    println!(
+        "t={:.1}s chaos: etcd stopped",
+        start.elapsed().as_secs_f64()
+    );
     cluster.etcd.stop();
     std::thread::sleep(ETCD_DOWN);
     cluster.etcd.restart();
     cluster.wait_metric("strata_etcd_healthy", 1.0);
     cluster.wait_ring(3);
+    println!("t={:.1}s chaos: etcd back", start.elapsed().as_secs_f64());
 }
 
 /// Sleeps until `at` after `start` (the chaos schedule's clock).
@@ -253,29 +268,78 @@ fn resolve_uncertain(c: &mut ClusterClient, model: &mut HashMap<Vec<u8>, KeyMode
 }
 
 /// Waits until each node holds exactly the copies the ring gives it
-/// (repair pushed the missing ones and shed the extra ones).
-fn wait_repaired(cluster: &Cluster, present: &[&Vec<u8>]) {
+/// (repair pushed the missing ones and shed the extra ones); if it does
+/// not, which copies are extra or missing where.
+fn wait_repaired(cluster: &Cluster, model: &HashMap<Vec<u8>, KeyModel>) -> Result<(), String> {
     let ring = cluster.expected_ring();
-    let mut want: HashMap<String, u64> = HashMap::new();
-    for k in present {
-        for n in ring.replicas(key_slot(k), 2) {
-            *want.entry(n.resp_addr.clone()).or_default() += 1;
+    let holders = |k: &[u8]| -> Vec<String> {
+        ring.replicas(key_slot(k), 2)
+            .iter()
+            .map(|n| n.resp_addr.clone())
+            .collect()
+    };
+    let mut want: HashMap<String, Vec<&Vec<u8>>> = HashMap::new();
+    for (k, m) in model {
+        if m.acked.is_some() {
+            for h in holders(k) {
+                want.entry(h).or_default().push(k);
+            }
         }
     }
-    let placement = || -> Vec<(String, Option<u64>, u64)> {
+    let placement = || -> Vec<(String, Option<u64>, usize)> {
         cluster
             .live()
             .map(|s| {
                 let a = s.addr().to_string();
-                let w = want.get(&a).copied().unwrap_or(0);
-                (a, dbsize(s), w)
+                (a.clone(), dbsize(s), want.get(&a).map_or(0, Vec::len))
             })
             .collect()
     };
-    let ok = wait_until(within(SETTLE_TIMEOUT), || {
-        placement().iter().all(|(_, has, w)| *has == Some(*w))
-    });
-    assert!(ok, "not repaired: (node, DBSIZE, want) {:?}", placement());
+    if wait_until(within(SETTLE_TIMEOUT), || {
+        placement()
+            .iter()
+            .all(|(_, has, w)| *has == Some(*w as u64))
+    }) {
+        return Ok(());
+    }
+    let mut out = format!("not repaired: (node, DBSIZE, want) {:?}\n", placement());
+    for s in cluster.live() {
+        let a = s.addr().to_string();
+        let local = local_keys(s.addr());
+        let mine = want.get(&a).cloned().unwrap_or_default();
+        let extra: Vec<String> = local
+            .iter()
+            .filter(|k| !mine.contains(k))
+            .map(|k| {
+                let why = match model.get(k).map(|m| m.acked.is_some()) {
+                    Some(true) => format!("present, replica set {:?}", holders(k)),
+                    Some(false) => "deleted (DEL acknowledged)".into(),
+                    None => "not a test key".into(),
+                };
+                format!("{} [{why}]", String::from_utf8_lossy(k))
+            })
+            .collect();
+        let missing: Vec<String> = mine
+            .iter()
+            .filter(|k| !local.contains(k))
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        out.push_str(&format!("{a}: extra {extra:?}; missing {missing:?}\n"));
+    }
+    Err(out)
+}
+
+/// Keys one node holds locally (`KEYS *` is not routed).
+fn local_keys(addr: SocketAddr) -> Vec<Vec<u8>> {
+    let r = try_request(addr, &[b"KEYS", b"*"]).expect("KEYS *");
+    parse_reply(&r)
+        .as_array()
+        .iter()
+        .map(|k| match k {
+            Resp::Bulk(b) => b.clone(),
+            other => panic!("KEYS: {other:?}"),
+        })
+        .collect()
 }
 
 #[test]
@@ -286,24 +350,24 @@ fn mixed_load_survives_kills_and_an_etcd_outage_without_losing_acknowledged_writ
     let mut cluster = Cluster::start(&["64MiB", "64MiB", "64MiB"], 2);
     let rss_start: Vec<u64> = cluster.live().map(|s| s.rss_bytes()).collect();
 
+    let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let figs = Arc::new(Figures::default());
     let clients: Vec<JoinHandle<HashMap<Vec<u8>, KeyModel>>> = (0..CLIENTS)
         .map(|t| {
             let (c, r) = (cluster.client(), Rng(seed ^ (t as u64 + 1) << 32 | 1));
             let (s, f) = (stop.clone(), figs.clone());
-            std::thread::spawn(move || client(t, c, r, s, f))
+            std::thread::spawn(move || client(t, c, r, s, f, start))
         })
         .collect();
 
-    let start = Instant::now();
     let mut restarted = Vec::new();
     sleep_until(start, Duration::from_secs(10));
-    restarted.push(kill_and_restart(&mut cluster, &mut rng));
+    restarted.push(kill_and_restart(&mut cluster, &mut rng, start));
     sleep_until(start, Duration::from_secs(35));
-    etcd_outage(&mut cluster);
+    etcd_outage(&mut cluster, start);
     sleep_until(start, Duration::from_secs(55));
-    restarted.push(kill_and_restart(&mut cluster, &mut rng));
+    restarted.push(kill_and_restart(&mut cluster, &mut rng, start));
     sleep_until(start, LOAD);
     stop.store(true, Relaxed);
     let chaos_s = start.elapsed().as_secs_f64();
@@ -322,12 +386,8 @@ fn mixed_load_survives_kills_and_an_etcd_outage_without_losing_acknowledged_writ
     }
     let mut c = cluster.client();
     let resolved = resolve_uncertain(&mut c, &mut model);
-    let present: Vec<&Vec<u8>> = model
-        .iter()
-        .filter(|(_, m)| m.acked.is_some())
-        .map(|(k, _)| k)
-        .collect();
-    wait_repaired(&cluster, &present);
+    let present = model.values().filter(|m| m.acked.is_some()).count();
+    let repaired = wait_repaired(&cluster, &model);
 
     let mut lost = Vec::new();
     let mut wrong = Vec::new();
@@ -357,7 +417,7 @@ fn mixed_load_survives_kills_and_an_etcd_outage_without_losing_acknowledged_writ
         ETCD_DOWN.as_secs(),
         figs.max_unavailable_ms.load(Relaxed) as f64 / 1e3,
         model.len(),
-        present.len(),
+        present,
         lost.len(),
         wrong.len(),
         violations.len()
@@ -372,12 +432,16 @@ fn mixed_load_survives_kills_and_an_etcd_outage_without_losing_acknowledged_writ
     }
     assert!(
         violations.is_empty(),
-        "{} reads or deletes contradicted the model, e.g. {:?}",
+        "{} reads or deletes contradicted the model, e.g. {:?}; last {:?}",
         violations.len(),
-        &violations[..violations.len().min(10)]
+        &violations[..violations.len().min(10)],
+        violations.last()
     );
     assert!(lost.is_empty(), "acknowledged values lost: {lost:?}");
     assert!(wrong.is_empty(), "wrong bytes: {wrong:?}");
+    if let Err(e) = repaired {
+        panic!("{e}");
+    }
     for (i, (a, b)) in rss_start.iter().zip(&rss_end).enumerate() {
         if !restarted.contains(&i) {
             assert!(
