@@ -378,6 +378,15 @@ impl ClusterClient {
         }
     }
 
+    /// `DEL key`: whether it removed the key.
+    pub fn del(&mut self, key: &[u8]) -> Result<bool, String> {
+        let r = self.request(key, &[b"DEL", key])?;
+        match parse_reply(&r) {
+            Resp::Int(n) => Ok(n > 0),
+            other => Err(format!("{other:?}")),
+        }
+    }
+
     /// The owner of `key` in the client's current slot map.
     pub fn owner(&self, key: &[u8]) -> Option<SocketAddr> {
         self.owners[usize::from(key_slot(key))]
