@@ -43,6 +43,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     node.spawn_expiry();
     node.spawn_metrics_upkeep();
     node.spawn_lease_sweeper();
+    node.spawn_sweeper();
     if let Some(http) = http {
         tokio::spawn(http::serve(node.clone(), http));
     }

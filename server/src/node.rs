@@ -18,6 +18,11 @@ use crate::config::Config;
 use crate::lease::{LeaseGuard, Leases, SWEEP_INTERVAL};
 use crate::metrics::Metrics;
 
+/// After a ring change, misses are read through to the previous holders
+/// for this long: other nodes' repairs may still be pushing keys here.
+const TRANSITION_GRACE_MS: u64 = 30_000;
+/// How often a cluster member looks for copies it should not hold.
+const ANTI_ENTROPY_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a cluster member remembers a delete.
 const TOMBSTONE_MS: u64 = 10 * 60 * 1000;
 /// Latency samples are folded into histograms this often.
@@ -43,6 +48,8 @@ pub struct Node {
     pub peers: Peers,
     /// Bumped on every ring change; a repair stops when it is not current.
     repair_generation: AtomicU64,
+    /// When the ring last changed (Unix ms).
+    last_ring_change_ms: AtomicU64,
     /// The last ring every local key was repaired against.
     repaired_ring: parking_lot::Mutex<Arc<strata_ring::Ring>>,
     pub metrics: Metrics,
@@ -112,6 +119,7 @@ impl Node {
         Ok(Node {
             peers: Peers::new(cfg.requirepass.clone()),
             repair_generation: AtomicU64::new(0),
+            last_ring_change_ms: AtomicU64::new(0),
             repaired_ring: parking_lot::Mutex::new(Arc::new(strata_ring::Ring::new(Vec::new()))),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
@@ -162,6 +170,7 @@ impl Node {
         let ring = self.cluster.ring();
         let moved = strata_ring::Ring::moved_slots(old, &ring).len();
         tracing::info!(moved_slots = moved, nodes = ring.len(), "placement changed");
+        self.last_ring_change_ms.store(now_ms(), Relaxed);
         let generation = self.repair_generation.fetch_add(1, Relaxed) + 1;
         let base = self.repaired_ring.lock().clone();
         let node = self.clone();
@@ -172,10 +181,17 @@ impl Node {
         });
     }
 
-    /// Whether a ring change has not been fully repaired yet (this node
-    /// may still be receiving keys it now holds).
+    /// Whether keys may still be on their way here after a ring change:
+    /// this node's own repair has not finished, or the change is recent
+    /// enough that other nodes may still be pushing (their repairs run on
+    /// their own clocks; a node that just started has nothing to repair
+    /// itself but everything to receive).
     pub fn in_transition(&self) -> bool {
-        !self.cluster.standalone() && !Arc::ptr_eq(&self.repaired_ring.lock(), &self.cluster.ring())
+        if self.cluster.standalone() {
+            return false;
+        }
+        let recent = self.last_ring_change_ms.load(Relaxed) + TRANSITION_GRACE_MS > now_ms();
+        recent || !Arc::ptr_eq(&self.repaired_ring.lock(), &self.cluster.ring())
     }
 
     /// The last ring every local key was repaired against.
@@ -185,6 +201,32 @@ impl Node {
 
     pub fn repair_generation(&self) -> u64 {
         self.repair_generation.load(Relaxed)
+    }
+
+    /// Anti-entropy: every [`ANTI_ENTROPY_INTERVAL`], unless a repair is running,
+    /// re-checks every local key against the current ring and hands back
+    /// and sheds copies this node should not hold. Ring-change repairs
+    /// cover the common case; this catches copies that a write racing a
+    /// ring change left behind.
+    pub fn spawn_sweeper(self: &Arc<Self>) {
+        if self.cluster.standalone() {
+            return;
+        }
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(ANTI_ENTROPY_INTERVAL);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(node) = node.upgrade() else { return };
+                let ring = node.cluster.ring();
+                if !Arc::ptr_eq(&node.repaired_ring(), &ring) {
+                    continue;
+                }
+                let generation = node.repair_generation();
+                repair::run(node.clone(), ring.clone(), ring, generation).await;
+            }
+        });
     }
 
     /// Drops expired leases so their values can be evicted again.

@@ -1,7 +1,7 @@
 //! Repair after the ring changed: every key whose slot got a different
 //! replica set is pushed by the nodes that hold it to the members that
-//! should; a node no longer in a key's set hands its copy off and then
-//! drops it (sheds). Versions make every push idempotent, so overlapping
+//! should; a node holding a key outside the key's set (whenever it got it)
+//! hands its copy off and then drops it (sheds). Versions make every push idempotent, so overlapping
 //! repairs and concurrent writes never lose the newest value.
 //!
 //! Runs in the background, one key at a time (each push to its targets
@@ -60,8 +60,12 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
             let Some((value, expire)) = node.store.peek_with_expiry(&key, now_ms()) else {
                 continue;
             };
-            let set = ring.replicas(key_slot(&key), copies);
+            let slot = key_slot(&key);
+            let set = ring.replicas(slot, copies);
             let mine = set.iter().any(|n| n.id == me);
+            if mine && !changed[usize::from(slot)] {
+                continue;
+            }
             let targets: Vec<_> = set.into_iter().filter(|n| n.id != me).cloned().collect();
             let want = targets.len();
             let version = value.version();
@@ -81,7 +85,9 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
     c.repair_pushes_total.fetch_add(pushed, Relaxed);
     c.repair_shed_total.fetch_add(shed, Relaxed);
     c.repair_runs_total.fetch_add(1, Relaxed);
-    tracing::info!(pushed, shed, "repair done");
+    if pushed > 0 || shed > 0 || !Arc::ptr_eq(&base, &ring) {
+        tracing::info!(pushed, shed, "repair done");
+    }
     true
 }
 

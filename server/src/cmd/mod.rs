@@ -165,15 +165,21 @@ impl Ctx<'_> {
         let copies = self.node.cfg.replica_num as usize;
         let per_key = matches!(args[0].to_ascii_uppercase().as_slice(), b"DEL" | b"UNLINK");
         let calls: Vec<(Vec<_>, Vec<Bytes>)> = if per_key {
-            args[1..]
+            // A delete goes to every other node, not only the key's replica
+            // set: a node outside the set may still hold a copy from a ring
+            // change (about to be handed back), and a copy that outlives
+            // the delete would come back. Deletes are rare next to reads
+            // and writes of KV-cache blocks, so the fan-out is cheap.
+            let others: Vec<_> = self
+                .node
+                .cluster
+                .ring()
+                .nodes()
                 .iter()
-                .map(|k| {
-                    (
-                        replicate::targets(self.node, k, copies),
-                        vec![args[0].clone(), k.clone()],
-                    )
-                })
-                .collect()
+                .filter(|n| n.id != self.node.cluster.me.id)
+                .cloned()
+                .collect();
+            vec![(others, args.to_vec())]
         } else {
             vec![(
                 replicate::targets(self.node, &args[1], copies),
