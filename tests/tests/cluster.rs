@@ -406,11 +406,12 @@ fn cluster_slots_lists_the_nodes_that_hold_each_slot() {
             .find(|k| key_slot(k) == slot)
             .expect("a key in every slot");
         c.set(&key, b"v").expect("SET");
-        let holders: Vec<String> = cluster
+        let mut holders: Vec<String> = cluster
             .live()
             .filter(|s| local_keys(s).contains(&key))
             .map(|s| s.addr().to_string())
             .collect();
+        holders.sort();
         let mut want = listed(slot);
         want.sort();
         if holders != want {
