@@ -364,7 +364,16 @@ impl Index {
         self.map.get_mut(key)
     }
 
+    /// Marks `key` most recently used. A key already among the most recent
+    /// eighth of the order is left where it is: eviction takes from the
+    /// other end, so moving it changes nothing but costs two tree updates
+    /// on every read of a hot key.
     fn touch(&mut self, key: &[u8]) {
+        let recent = self.map.len() as u64 / RECENT_FRACTION;
+        let current = self.tick;
+        if self.map.get(key).is_some_and(|e| current - e.tick < recent) {
+            return;
+        }
         let tick = self.next_tick();
         if let Some(e) = self.map.get_mut(key) {
             if let Some(k) = self.lru.remove(&e.tick) {
@@ -374,6 +383,9 @@ impl Index {
         }
     }
 }
+
+/// See [`Index::touch`].
+const RECENT_FRACTION: u64 = 8;
 
 /// Eviction looks at most this many pinned values before giving up, so a
 /// write cannot spin over a store full of leased values.
