@@ -10,8 +10,7 @@ use super::{Ctx, Out};
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     // A key being moved here is fetched first, so the delete applies to it
     // (and is forwarded) instead of answering 0 while a copy survives.
-    let keys: Vec<&Bytes> = args[1..].iter().collect();
-    if let Some(out) = ctx.fetch_missing(&keys) {
+    if let Some(out) = ctx.fetch_missing(&args[1..]) {
         return out;
     }
     let n = args[1..]

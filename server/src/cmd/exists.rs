@@ -7,8 +7,7 @@ use strata_proto::Reply;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    let keys: Vec<&Bytes> = args[1..].iter().collect();
-    if let Some(out) = ctx.fetch_missing(&keys) {
+    if let Some(out) = ctx.fetch_missing(&args[1..]) {
         return out;
     }
     let n = args[1..]

@@ -14,7 +14,7 @@ use strata_tiering::Value;
 use super::{desc_arg, transfer_error, Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    if let Some(out) = ctx.fetch_missing(&[&args[1]]) {
+    if let Some(out) = ctx.fetch_missing(&args[1..2]) {
         return out;
     }
     match args {

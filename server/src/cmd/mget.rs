@@ -5,8 +5,7 @@ use bytes::Bytes;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    let keys: Vec<&Bytes> = args[1..].iter().collect();
-    if let Some(out) = ctx.fetch_missing(&keys) {
+    if let Some(out) = ctx.fetch_missing(&args[1..]) {
         return out;
     }
     Out::Values(

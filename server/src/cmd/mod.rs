@@ -114,14 +114,14 @@ impl Ctx<'_> {
     /// For read commands: if any of `keys` is missing while this node is
     /// still receiving the slots of a ring change, fetch them from their
     /// previous holders and run the request again. `None` = go ahead.
-    pub fn fetch_missing(&self, keys: &[&Bytes]) -> Option<Out> {
+    pub fn fetch_missing(&self, keys: &[Bytes]) -> Option<Out> {
         if self.rerun || self.internal || !self.node.in_transition() {
             return None;
         }
         let missing: Vec<Bytes> = keys
             .iter()
             .filter(|k| !self.node.store.exists(k, self.now_ms))
-            .map(|k| (*k).clone())
+            .cloned()
             .collect();
         if missing.is_empty() {
             return None;

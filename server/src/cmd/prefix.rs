@@ -27,8 +27,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
         keys = &keys[..keys.len() - 2];
     }
-    let wanted: Vec<&Bytes> = keys.iter().collect();
-    if let Some(out) = ctx.fetch_missing(&wanted) {
+    if let Some(out) = ctx.fetch_missing(keys) {
         return out;
     }
     let store = &ctx.node.store;

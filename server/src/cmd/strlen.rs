@@ -6,7 +6,7 @@ use strata_proto::Reply;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    if let Some(out) = ctx.fetch_missing(&[&args[1]]) {
+    if let Some(out) = ctx.fetch_missing(&args[1..2]) {
         return out;
     }
     let len = ctx
