@@ -132,11 +132,20 @@ impl Conn<'_> {
                     Step::Request(args) => {
                         let mut out =
                             cmd::execute(self.node, &mut self.session, &args, now_ms(), false);
-                        if let Out::Rerun(handoff) = out {
-                            // The keys were being moved here: they have been
-                            // fetched from their previous holders; run again.
-                            handoff.await;
-                            out = cmd::execute(self.node, &mut self.session, &args, now_ms(), true);
+                        if let Out::Rerun(before) = out {
+                            // Missing keys were fetched (from NVMe or from
+                            // their previous holders), or a writer waited
+                            // for room: run again, or report why not.
+                            out = match before.await {
+                                Ok(()) => cmd::execute(
+                                    self.node,
+                                    &mut self.session,
+                                    &args,
+                                    now_ms(),
+                                    true,
+                                ),
+                                Err(e) => e.into(),
+                            };
                         }
                         drop(args);
                         self.emit(out).await?;

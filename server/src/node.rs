@@ -39,6 +39,10 @@ pub struct Node {
     /// `store` so it is deregistered before the arena is unmapped.
     pub arena_region: Region,
     pub store: Store,
+    /// The NVMe tier under `store`, if configured.
+    pub spill: Option<Arc<strata_tiering::spill::Spill>>,
+    /// Keeps the NVMe tier's directory (a temporary one is removed on drop).
+    pub lower: Option<crate::tiers::Lower>,
     /// The data plane: serves reads of the arena, pulls PUT payloads.
     pub transport: Arc<TcpTransport>,
     pub leases: Arc<Leases>,
@@ -79,6 +83,7 @@ impl Node {
             // repair or hand-off racing them to have finished.
             tombstone_ms: if cfg.standalone() { 0 } else { TOMBSTONE_MS },
         })?;
+        let lower = crate::tiers::open(&cfg, &store).await?;
         let limits = Limits {
             max_bulk_len: cfg.effective_max_value(),
             max_request_len: cfg.max_request_size,
@@ -127,6 +132,8 @@ impl Node {
             limits,
             arena_region,
             store,
+            spill: lower.as_ref().map(|l| l.spill.clone()),
+            lower,
             transport,
             leases,
             cfg,

@@ -36,6 +36,8 @@ impl Node {
     fn start(extra: &[&str]) -> Node {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_strata-server"))
+            // No NVMe tier: these nodes are killed with SIGKILL.
+            .env("STRATA_SSD_POOL_SIZE", "0")
             .args([
                 "--port",
                 &port.to_string(),
