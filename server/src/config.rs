@@ -50,6 +50,10 @@ const KEYS: &[(&str, &str)] = &[
     ),
     ("max_connections", "most concurrent client connections"),
     (
+        "max_buffered_requests_size",
+        "bytes of partly received large requests all connections may buffer together",
+    ),
+    (
         "eviction_policy",
         "which values go first when memory is short",
     ),
@@ -120,6 +124,8 @@ pub struct Cli {
     max_request_size: Option<String>,
     #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
     max_connections: Option<String>,
+    #[arg(long, env = "STRATA_MAX_BUFFERED_REQUESTS_SIZE")]
+    max_buffered_requests_size: Option<String>,
     #[arg(long, env = "STRATA_EVICTION_POLICY")]
     eviction_policy: Option<String>,
     #[arg(long, env = "STRATA_EVICTION_HIGH_WATERMARK")]
@@ -171,6 +177,10 @@ impl Cli {
             ("max_value_size", self.max_value_size.as_ref()),
             ("max_request_size", self.max_request_size.as_ref()),
             ("max_connections", self.max_connections.as_ref()),
+            (
+                "max_buffered_requests_size",
+                self.max_buffered_requests_size.as_ref(),
+            ),
             ("eviction_policy", self.eviction_policy.as_ref()),
             (
                 "eviction_high_watermark",
@@ -209,6 +219,9 @@ pub struct Config {
     pub max_value_size: u64,
     pub max_request_size: u64,
     pub max_connections: u32,
+    /// Node-wide bound on request bytes buffered beyond each connection's
+    /// first MiB.
+    pub max_buffered_requests_size: u64,
     pub eviction_policy: String,
     pub eviction_high_watermark: f64,
     #[serde(serialize_with = "redact")]
@@ -280,6 +293,7 @@ impl Default for Config {
             max_value_size: DEFAULT_MAX_VALUE,
             max_request_size: DEFAULT_MAX_REQUEST,
             max_connections: 1024,
+            max_buffered_requests_size: 2 * GIB,
             eviction_policy: "lru".into(),
             eviction_high_watermark: 0.95,
             requirepass: None,
@@ -376,6 +390,13 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
         errors.push(format!(
             "max_value_size: {} is larger than max_request_size {} (a value must fit in a request)",
             show_size(cfg.max_value_size),
+            show_size(cfg.max_request_size)
+        ));
+    }
+    if cfg.max_buffered_requests_size < cfg.max_request_size {
+        errors.push(format!(
+            "max_buffered_requests_size: {} is smaller than max_request_size {} (a request of the largest allowed size could never be buffered)",
+            show_size(cfg.max_buffered_requests_size),
             show_size(cfg.max_request_size)
         ));
     }
@@ -500,6 +521,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "max_value_size" => cfg.max_value_size = size_in(v, 1, 4 * GIB)?,
         "max_request_size" => cfg.max_request_size = size_in(v, KIB, 16 * GIB)?,
         "max_connections" => cfg.max_connections = int_in(v, 1, MAX_CONNECTIONS_LIMIT)? as u32,
+        "max_buffered_requests_size" => cfg.max_buffered_requests_size = size_in(v, MIB, 4 * TIB)?,
         "eviction_policy" => {
             if v != "lru" {
                 return Err(format!("{v:?} is not a policy (allowed: lru)"));
@@ -607,6 +629,10 @@ impl Config {
             ("max_request_size", self.max_request_size.to_string()),
             ("max_connections", self.max_connections.to_string()),
             ("maxclients", self.max_connections.to_string()),
+            (
+                "max_buffered_requests_size",
+                self.max_buffered_requests_size.to_string(),
+            ),
             ("eviction_policy", self.eviction_policy.clone()),
             ("maxmemory-policy", "allkeys-lru".into()),
             (

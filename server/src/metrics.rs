@@ -46,6 +46,9 @@ pub struct Counters {
     pub connections_total: AtomicU64,
     pub rejected_connections_total: AtomicU64,
     pub protocol_errors_total: AtomicU64,
+    /// Requests refused with BUSY because the node-wide request buffer
+    /// budget stayed exhausted.
+    pub buffer_busy_total: AtomicU64,
     pub too_large_total: AtomicU64,
     pub net_input_bytes_total: AtomicU64,
     pub net_output_bytes_total: AtomicU64,
@@ -63,6 +66,8 @@ struct Exported {
     rejected_connections_total: Counter,
     protocol_errors_total: Counter,
     too_large_total: Counter,
+    buffer_busy_total: Counter,
+    request_buffer_bytes: Gauge,
     net_input_bytes_total: Counter,
     net_output_bytes_total: Counter,
     keys: Gauge,
@@ -298,6 +303,16 @@ impl Metrics {
                 Unit::Count,
                 "Requests refused for exceeding max_value_size or max_request_size.",
             ),
+            buffer_busy_total: counter(
+                "strata_request_buffer_busy_total",
+                Unit::Count,
+                "Requests refused with BUSY: max_buffered_requests_size stayed in use too long.",
+            ),
+            request_buffer_bytes: gauge(
+                "strata_request_buffer_bytes",
+                Unit::Bytes,
+                "Bytes of large partly received requests counted against max_buffered_requests_size.",
+            ),
             net_input_bytes_total: counter(
                 "strata_net_input_bytes_total",
                 Unit::Bytes,
@@ -441,6 +456,10 @@ impl Metrics {
         e.protocol_errors_total
             .absolute(c.protocol_errors_total.load(Relaxed));
         e.too_large_total.absolute(c.too_large_total.load(Relaxed));
+        e.buffer_busy_total
+            .absolute(c.buffer_busy_total.load(Relaxed));
+        e.request_buffer_bytes
+            .set(node.request_buffer_bytes() as f64);
         e.net_input_bytes_total
             .absolute(c.net_input_bytes_total.load(Relaxed));
         e.net_output_bytes_total

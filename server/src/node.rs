@@ -61,6 +61,9 @@ pub struct Node {
     pub limits: Limits,
     /// One permit per allowed client connection.
     pub conn_slots: Arc<Semaphore>,
+    /// Request bytes buffered beyond each connection's first MiB, in KiB
+    /// permits (`max_buffered_requests_size`).
+    pub request_budget: Arc<Semaphore>,
     pub started: Instant,
     next_client_id: AtomicU64,
 }
@@ -128,6 +131,9 @@ impl Node {
             repaired_ring: parking_lot::Mutex::new(Arc::new(strata_ring::Ring::new(Vec::new()))),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
+            request_budget: Arc::new(Semaphore::new(
+                (cfg.max_buffered_requests_size / 1024) as usize,
+            )),
             metrics: Metrics::new(),
             limits,
             arena_region,
@@ -140,6 +146,12 @@ impl Node {
             started: Instant::now(),
             next_client_id: AtomicU64::new(1),
         })
+    }
+
+    /// Bytes of requests counted against `max_buffered_requests_size`.
+    pub fn request_buffer_bytes(&self) -> u64 {
+        let free = self.request_budget.available_permits() as u64 * 1024;
+        (self.cfg.max_buffered_requests_size / 1024 * 1024).saturating_sub(free)
     }
 
     /// Offset of an arena address within the registered region.

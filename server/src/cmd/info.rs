@@ -122,6 +122,12 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 c.protocol_errors_total.load(Relaxed),
             );
             line(out, "too_large_requests", c.too_large_total.load(Relaxed));
+            line(
+                out,
+                "request_buffer_busy",
+                c.buffer_busy_total.load(Relaxed),
+            );
+            line(out, "request_buffer_bytes", node.request_buffer_bytes());
             line(out, "keyspace_hits", s.hits);
             line(out, "keyspace_misses", s.misses);
             line(out, "evicted_keys", s.evictions);
