@@ -417,6 +417,19 @@ fn bad_descriptors_store_nothing() {
             t.read(&other, &dst.region, 0).await,
             Err(TransferError::Stale)
         ));
+        // The descriptor carries a random read token, not the store's
+        // sequential epoch: guessing small epochs reads nothing.
+        assert!(sdesc.epoch.unwrap() > 1 << 20, "{sdesc:?}");
+        for guess in 0..64 {
+            let guessed = Descriptor {
+                epoch: Some(guess),
+                ..sdesc.clone()
+            };
+            assert!(matches!(
+                t.read(&guessed, &dst.region, 0).await,
+                Err(TransferError::Stale)
+            ));
+        }
     });
 }
 
