@@ -35,7 +35,9 @@ fn key(i: usize) -> String {
     format!("kv:{i:04}")
 }
 
-fn start(extra: &[&str]) -> Server {
+/// A small DRAM pool over a 512 MiB NVMe tier (at `path`, or a temporary
+/// directory when empty).
+fn tier_args(path: &str) -> Vec<&str> {
     let mut args = vec![
         "--cpu-memory-pool-size",
         DRAM,
@@ -44,8 +46,14 @@ fn start(extra: &[&str]) -> Server {
         "--ssd-max-value-size",
         "8MiB",
     ];
-    args.extend_from_slice(extra);
-    Server::start(&args)
+    if !path.is_empty() {
+        args.extend(["--ssd-path", path]);
+    }
+    args
+}
+
+fn start(path: &str) -> Server {
+    Server::start(&tier_args(path))
 }
 
 fn fill(server: &Server, range: std::ops::Range<usize>) {
@@ -78,7 +86,7 @@ fn settle(server: &Server) {
 
 #[test]
 fn four_times_dram_reads_back_exact_with_redis_semantics() {
-    let server = start(&[]);
+    let server = start("");
     fill(&server, 0..KEYS);
     settle(&server);
     assert!(server.info_field("nvme_spilled") >= 90, "{}", server.info());
@@ -174,7 +182,7 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
 fn values_on_nvme_survive_kill_and_a_graceful_stop_keeps_dram_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_string();
-    let mut server = start(&["--ssd-path", &path]);
+    let mut server = start(&path);
     fill(&server, 0..96);
     settle(&server);
     // The oldest keys were evicted (LRU, nothing read): they are on NVMe.
@@ -184,20 +192,7 @@ fn values_on_nvme_survive_kill_and_a_graceful_stop_keeps_dram_too() {
     let metrics = server.metrics_port();
     server.kill();
 
-    let mut server = Server::start_on(
-        port,
-        metrics,
-        &[
-            "--cpu-memory-pool-size",
-            DRAM,
-            "--ssd-pool-size",
-            "512MiB",
-            "--ssd-max-value-size",
-            "8MiB",
-            "--ssd-path",
-            &path,
-        ],
-    );
+    let mut server = Server::start_on(port, metrics, &tier_args(&path));
     let mut con = server.client(false);
     for i in 0..spilled {
         let got = get(&mut con, i).unwrap_or_else(|| panic!("{} lost after kill -9", key(i)));
@@ -209,20 +204,7 @@ fn values_on_nvme_survive_kill_and_a_graceful_stop_keeps_dram_too() {
     let status = server.stop(Duration::from_secs(60));
     assert!(status.success(), "graceful stop: {status}");
 
-    let server = Server::start_on(
-        port,
-        metrics,
-        &[
-            "--cpu-memory-pool-size",
-            DRAM,
-            "--ssd-pool-size",
-            "512MiB",
-            "--ssd-max-value-size",
-            "8MiB",
-            "--ssd-path",
-            &path,
-        ],
-    );
+    let server = Server::start_on(port, metrics, &tier_args(&path));
     let mut con = server.client(false);
     for i in 0..96 {
         let got =

@@ -52,6 +52,11 @@ async fn open_tier(dir: &Path, capacity: u64) -> FoyerBackend {
         .unwrap()
 }
 
+/// A 32 MiB tier in `dir`, recovering what it holds.
+async fn reopen(dir: &Path) -> NvmeTier<FoyerBackend> {
+    NvmeTier::with_backend(open_tier(dir, 32 * MIB).await, MAX_VALUE + HEADER_BYTES)
+}
+
 fn attach<B: Backend>(store: &Store, tier: NvmeTier<B>, dir: Option<&Path>) -> Arc<Spill<B>> {
     let spill = Spill::start(tier, SpillConfig::default(), dir.map(Path::to_path_buf));
     assert!(store.attach_lower(spill.clone()));
@@ -116,10 +121,7 @@ async fn working_set_four_times_dram_reads_back_exact() {
 async fn writes_and_deletes_win_over_lower_copies() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(4 * MIB);
-    let tier = NvmeTier::with_backend(
-        open_tier(dir.path(), 32 * MIB).await,
-        MAX_VALUE + HEADER_BYTES,
-    );
+    let tier = reopen(dir.path()).await;
     let spill = attach(&store, tier, None);
     let len = 128 * KIB as usize;
     // Keys 0..8 go below once 64 more are written.
@@ -177,10 +179,7 @@ async fn copies_survive_reopen() {
     let len = 100 * KIB as usize;
     {
         let store = store(4 * MIB);
-        let tier = NvmeTier::with_backend(
-            open_tier(dir.path(), 32 * MIB).await,
-            MAX_VALUE + HEADER_BYTES,
-        );
+        let tier = reopen(dir.path()).await;
         let spill = attach(&store, tier, Some(dir.path()));
         for i in 0..80 {
             set(&store, &spill, i, len, Expiry::Persist).await;
@@ -193,10 +192,7 @@ async fn copies_survive_reopen() {
         spill.tier().close().await.unwrap();
     }
     let store = store(4 * MIB);
-    let tier = NvmeTier::with_backend(
-        open_tier(dir.path(), 32 * MIB).await,
-        MAX_VALUE + HEADER_BYTES,
-    );
+    let tier = reopen(dir.path()).await;
     let spill = attach(&store, tier, Some(dir.path()));
     let mut found = 0;
     for i in 0..80 {
@@ -277,10 +273,7 @@ async fn reinsert_after_forget_survives_reopen() {
     let v1 = Bytes::from(value(1, 5000));
     let v2 = Bytes::from(value(2, 5000));
     {
-        let tier = NvmeTier::with_backend(
-            open_tier(dir.path(), 32 * MIB).await,
-            MAX_VALUE + HEADER_BYTES,
-        );
+        let tier = reopen(dir.path()).await;
         tier.insert(key(1), v1.clone(), crc32c::crc32c(&v1))
             .await
             .unwrap();
@@ -290,10 +283,7 @@ async fn reinsert_after_forget_survives_reopen() {
             .unwrap();
         tier.close().await.unwrap();
     }
-    let tier = NvmeTier::with_backend(
-        open_tier(dir.path(), 32 * MIB).await,
-        MAX_VALUE + HEADER_BYTES,
-    );
+    let tier = reopen(dir.path()).await;
     let got = tier
         .get(&key(1))
         .await
@@ -307,10 +297,7 @@ async fn recovered_keys_forgotten_and_rewritten_survive_another_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let v = |i| Bytes::from(value(i, 100_000));
     {
-        let tier = NvmeTier::with_backend(
-            open_tier(dir.path(), 32 * MIB).await,
-            MAX_VALUE + HEADER_BYTES,
-        );
+        let tier = reopen(dir.path()).await;
         for i in 0..20 {
             tier.insert(key(i), v(i), crc32c::crc32c(&v(i)))
                 .await
@@ -318,10 +305,7 @@ async fn recovered_keys_forgotten_and_rewritten_survive_another_reopen() {
         }
         tier.close().await.unwrap();
     }
-    let tier = NvmeTier::with_backend(
-        open_tier(dir.path(), 32 * MIB).await,
-        MAX_VALUE + HEADER_BYTES,
-    );
+    let tier = reopen(dir.path()).await;
     for i in 0..20 {
         assert!(tier.forget(&key(i)), "forget {i}");
     }
@@ -341,10 +325,7 @@ async fn recovered_keys_forgotten_and_rewritten_survive_another_reopen() {
     }
     assert!(errs.is_empty(), "{errs:?}");
     tier.close().await.unwrap();
-    let tier = NvmeTier::with_backend(
-        open_tier(dir.path(), 32 * MIB).await,
-        MAX_VALUE + HEADER_BYTES,
-    );
+    let tier = reopen(dir.path()).await;
     let mut lost = vec![];
     for i in 0..20 {
         match tier.get(&key(i)).await.unwrap() {
