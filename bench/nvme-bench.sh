@@ -30,7 +30,7 @@ command -v fio >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteract
 cargo build --release -q -p strata-server -p strata-bench
 BIN=${CARGO_TARGET_DIR:-target}/release
 
-to_bytes() { numfmt --from=iec-i --suffix=B "$1" 2>/dev/null || numfmt --from=iec "${1%B}"; }
+to_bytes() { numfmt --from=iec-i "${1%B}"; }
 dram_bytes=$(to_bytes "$DRAM")
 size_bytes=$(to_bytes "$SIZE")
 keys=$(( dram_bytes * RATIO / size_bytes ))

@@ -105,6 +105,7 @@ struct NvmeExported {
     spilled_total: Counter,
     spilled_bytes_total: Counter,
     spill_dropped_total: Counter,
+    spill_kept_total: Counter,
     promoted_total: Counter,
     promoted_bytes_total: Counter,
     write_errors_total: Counter,
@@ -225,6 +226,11 @@ impl Metrics {
                 "strata_spill_dropped_total",
                 Unit::Count,
                 "Evicted values not kept on NVMe (queue full, or above ssd_max_value_size).",
+            ),
+            spill_kept_total: counter(
+                "strata_spill_kept_total",
+                Unit::Count,
+                "Evictions of values read back from NVMe and unchanged: their NVMe copy served, nothing was written.",
             ),
             promoted_total: counter(
                 "strata_promoted_total",
@@ -506,6 +512,7 @@ impl Metrics {
             x.spilled_total.absolute(n.spilled);
             x.spilled_bytes_total.absolute(n.spilled_bytes);
             x.spill_dropped_total.absolute(n.dropped + n.too_large);
+            x.spill_kept_total.absolute(n.kept);
             x.promoted_total.absolute(n.promoted);
             x.promoted_bytes_total.absolute(n.promoted_bytes);
             x.write_errors_total.absolute(n.write_errors);

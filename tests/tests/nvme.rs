@@ -101,6 +101,13 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
     let promoted = server.info_field("nvme_promoted");
     assert!(promoted >= 2 * 90, "promotions: {promoted}");
     assert_eq!(server.info_field("nvme_read_errors"), 0);
+    // The second round re-read values that went back down unchanged: their
+    // NVMe copies served, nothing was rewritten.
+    assert!(
+        server.info_field("nvme_spill_kept") >= 60,
+        "{}",
+        server.info()
+    );
     // INFO and /metrics read the same atomics.
     assert_eq!(server.metric("strata_promoted_total") as u64, promoted);
     assert_eq!(

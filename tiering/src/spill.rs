@@ -16,10 +16,13 @@
 //!   counted (`dropped`), as any cache drops. Writers that want to avoid
 //!   that wait for room first ([`Spill::wait_for_room`]).
 //! - **Up.** [`Spill::promote`] reads the copy (queue or NVMe), reserves
-//!   DRAM, and publishes it with [`Store::commit_copy_if`]: only if no write,
-//!   delete or newer eviction of the key happened meanwhile (those mark the
-//!   promotion stale). Publishing removes the lower copy in the same
-//!   critical section, so a key lives in one tier at a time.
+//!   DRAM, and publishes it with [`Store::commit_promoted`]: only if no
+//!   write, delete or newer eviction of the key happened meanwhile (those
+//!   mark the promotion stale). The NVMe copy stays: the value is then in
+//!   both tiers with one version, and evicting it again (unchanged) costs
+//!   no write. Without this a read-heavy working set larger than DRAM
+//!   rewrote every value on each trip and foyer, which reclaims whole
+//!   blocks oldest first, dropped live values to make room.
 //! - **Gone.** A DRAM write or delete of a key forgets its lower copy at
 //!   once ([`LowerTier::forget`]); a write that lands afterwards for a
 //!   forgotten key is removed again when it completes.
@@ -96,6 +99,9 @@ pub struct SpillStats {
     pub promoted_bytes: u64,
     /// Reads from NVMe that failed (I/O or checksum).
     pub read_errors: u64,
+    /// Evictions of promoted, unchanged values: their NVMe copy was still
+    /// there, so nothing was written.
+    pub kept: u64,
     pub nvme: NvmeStats,
 }
 
@@ -144,6 +150,7 @@ struct Counters {
     promoted: AtomicU64,
     promoted_bytes: AtomicU64,
     read_errors: AtomicU64,
+    kept: AtomicU64,
 }
 
 /// The NVMe tier under a store. Create with [`Spill::start`], then
@@ -248,7 +255,7 @@ impl<B: Backend> Spill<B> {
         let value = &blob[HEADER_BYTES as usize..];
         let mut res = store.reserve(value.len() as u64)?;
         res.as_mut_slice().copy_from_slice(value);
-        let stored = store.commit_copy_if(
+        let stored = store.commit_promoted(
             key.clone(),
             res,
             header.version,
@@ -335,6 +342,7 @@ impl<B: Backend> Spill<B> {
             promoted: c.promoted.load(Relaxed),
             promoted_bytes: c.promoted_bytes.load(Relaxed),
             read_errors: c.read_errors.load(Relaxed),
+            kept: c.kept.load(Relaxed),
             nvme: self.tier.stats(),
         }
     }
@@ -400,6 +408,11 @@ impl<B: Backend> Spill<B> {
 
 impl<B: Backend> LowerTier for Spill<B> {
     fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted) {
+        // Read back from NVMe and unchanged: the copy there is this one.
+        if info.clean && (self.state.lock().pending.contains_key(key) || self.tier.contains(key)) {
+            self.counters.kept.fetch_add(1, Relaxed);
+            return;
+        }
         if value.len() as u64 > self.max_value() {
             self.counters.too_large.fetch_add(1, Relaxed);
             return;

@@ -79,15 +79,19 @@ pub struct Evicted {
     pub expire_at_ms: Option<u64>,
     pub created_ms: u64,
     pub checksum: u32,
+    /// Promoted from the lower tier and unchanged since.
+    pub clean: bool,
 }
 
 /// The tier under DRAM (NVMe), as the store drives it.
 ///
-/// The store keeps one invariant across tiers: a key's newest value is in
-/// DRAM, or else in the lower tier, never older bytes in DRAM and newer
-/// ones below. So every DRAM write and delete of a key calls
-/// [`LowerTier::forget`] in the same critical section, and eviction hands
-/// the value down with [`LowerTier::evicted`]. Both are called with the
+/// The store keeps one invariant across tiers: a lower copy of a key is
+/// never older than its DRAM value, and never outlives a write or delete.
+/// So every DRAM write and delete of a key calls [`LowerTier::forget`] in
+/// the same critical section, and eviction hands the value down with
+/// [`LowerTier::evicted`]. A promoted value keeps its lower copy (same
+/// version): KV-cache blocks are written once and read many times, and
+/// evicting an unchanged value again then costs no write. Both are called with the
 /// index lock held (lock order: index → the lower tier's own locks): they
 /// must be quick, must not block on I/O and must never call back into the
 /// store.
@@ -177,6 +181,10 @@ struct Slot {
     created_ms: u64,
     epoch: u64,
     version: u64,
+    /// Read back from the lower tier and unchanged since: the lower tier
+    /// still holds these very bytes (unless it dropped them), so evicting
+    /// the value needs no new write.
+    clean: bool,
 }
 
 impl Drop for Slot {
@@ -558,6 +566,7 @@ impl Store {
                 expire_at_ms: e.expire_at_ms,
                 created_ms: e.slot.created_ms,
                 checksum: e.slot.checksum,
+                clean: e.slot.clean,
             };
             lower.evicted(key, value.as_slice(), info);
         }
@@ -670,12 +679,18 @@ impl Store {
     }
 
     fn seal(&self, res: Reservation, now_ms: u64) -> Arc<Slot> {
-        self.seal_version(res, now_ms, None)
+        self.seal_version(res, now_ms, None, false)
     }
 
     /// Versions order writes of one key across nodes; a local write takes
     /// the wall clock with the epoch as tie-breaker.
-    fn seal_version(&self, mut res: Reservation, now_ms: u64, version: Option<u64>) -> Arc<Slot> {
+    fn seal_version(
+        &self,
+        mut res: Reservation,
+        now_ms: u64,
+        version: Option<u64>,
+        clean: bool,
+    ) -> Arc<Slot> {
         let checksum = crc32c::crc32c(res.as_mut_slice());
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
@@ -688,6 +703,7 @@ impl Store {
             created_ms: now_ms,
             epoch,
             version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
+            clean,
         })
     }
 
@@ -701,14 +717,23 @@ impl Store {
         expire_at_ms: Option<u64>,
         now_ms: u64,
     ) -> bool {
-        self.commit_copy_if(key, res, version, expire_at_ms, now_ms, || true)
+        self.commit_copy_inner(
+            key,
+            res,
+            version,
+            expire_at_ms,
+            now_ms,
+            None::<fn() -> bool>,
+        )
     }
 
-    /// Like [`Store::commit_copy`], and only if `still_valid()` holds; it is
-    /// asked under the index lock, so nothing can write or delete the key
-    /// between the check and the insert. A promotion from the lower tier
-    /// uses it to lose to any write or delete that came while it read.
-    pub fn commit_copy_if(
+    /// Publishes a value read back from the lower tier if it is newer than
+    /// what DRAM holds (or DRAM holds nothing) and `still_valid()` holds; it
+    /// is asked under the index lock, so nothing can write or delete the
+    /// key between the check and the insert. A promotion uses it to lose to
+    /// any write, delete or eviction that came while it read. The lower
+    /// copy is kept (see [`LowerTier`]).
+    pub fn commit_promoted(
         &self,
         key: Bytes,
         res: Reservation,
@@ -717,7 +742,19 @@ impl Store {
         now_ms: u64,
         still_valid: impl FnOnce() -> bool,
     ) -> bool {
-        let slot = self.seal_version(res, now_ms, Some(version));
+        self.commit_copy_inner(key, res, version, expire_at_ms, now_ms, Some(still_valid))
+    }
+
+    fn commit_copy_inner(
+        &self,
+        key: Bytes,
+        res: Reservation,
+        version: u64,
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        promoted: Option<impl FnOnce() -> bool>,
+    ) -> bool {
+        let slot = self.seal_version(res, now_ms, Some(version), promoted.is_some());
         let mut expired = Vec::new();
         let (stored, _replaced_or_refused) = {
             let mut index = self.index.lock();
@@ -726,8 +763,16 @@ impl Store {
                 && index
                     .live(&key, now_ms, &mut expired)
                     .is_none_or(|e| e.slot.version < version);
-            if newer && still_valid() {
-                self.forget_lower(&key);
+            let valid = match promoted {
+                Some(still_valid) => newer && still_valid(),
+                None => {
+                    if newer {
+                        self.forget_lower(&key);
+                    }
+                    newer
+                }
+            };
+            if valid {
                 (true, index.insert(key, slot, expire_at_ms).map(|e| e.slot))
             } else {
                 (false, Some(slot))

@@ -113,6 +113,9 @@ async fn working_set_four_times_dram_reads_back_exact() {
     let s = spill.stats();
     assert!(s.promoted >= n, "promotions: {s:?}");
     assert_eq!(s.read_errors, 0);
+    // Values read back and evicted again unchanged were not rewritten.
+    assert!(s.kept >= n / 2, "kept: {s:?}");
+    assert!(s.spilled < n + s.kept, "{s:?}");
     // DRAM never went over its capacity.
     assert!(store.stats().reserved_bytes <= dram);
 }

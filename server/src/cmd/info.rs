@@ -165,6 +165,7 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "nvme_spilled", n.spilled);
             line(out, "nvme_spilled_bytes", n.spilled_bytes);
             line(out, "nvme_spill_dropped", n.dropped);
+            line(out, "nvme_spill_kept", n.kept);
             line(out, "nvme_spill_too_large", n.too_large);
             line(out, "nvme_write_errors", n.write_errors);
             line(out, "nvme_promoted", n.promoted);
