@@ -133,6 +133,43 @@ impl NativeClient {
             .map_err(to_pyerr)
     }
 
+    /// Inline `SET` of each pair, concurrently: per key `None` or the
+    /// exception.
+    fn set_batch(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        values: Vec<Bound<'_, PyBytes>>,
+    ) -> PyResult<Vec<PyObject>> {
+        if keys.len() != values.len() {
+            return Err(invalid(format!(
+                "{} keys for {} values",
+                keys.len(),
+                values.len()
+            )));
+        }
+        let keys = keys_bytes(&keys)?;
+        let values: Vec<Bytes> = values
+            .iter()
+            .map(|v| Bytes::copy_from_slice(v.as_bytes()))
+            .collect();
+        let done = self.run(py, |c| async move {
+            let mut out = Vec::with_capacity(keys.len());
+            for (keys, values) in keys.chunks(BATCH_MAX).zip(values.chunks(BATCH_MAX)) {
+                let sets = keys.iter().zip(values).map(|(k, v)| c.set(k, v));
+                out.extend(futures::future::join_all(sets).await);
+            }
+            out
+        })?;
+        Ok(done
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => py.None(),
+                Err(e) => error_value(py, &e),
+            })
+            .collect())
+    }
+
     /// Inline `GET`: the value or `None`.
     fn get(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<PyObject>> {
         let key = key_bytes(key)?;

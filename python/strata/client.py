@@ -88,13 +88,10 @@ class Client:
         small = [i for i, v in enumerate(values) if _nbytes_or_raise(v) <= self.config.inline_max_bytes]
         small_set = set(small)
         large = [i for i in range(len(keys)) if i not in small_set]
-        for i in small:
-            try:
-                self._native.set(keys[i], bytes(values[i]))
-            except StrataError as e:
-                if isinstance(e, InvalidArgumentError):
-                    raise
-                out[i] = e
+        if small:
+            results = self._native.set_batch([keys[i] for i in small], [bytes(values[i]) for i in small])
+            for i, r in zip(small, results):
+                out[i] = r
         if large:
             results = self.batch_put_from([keys[i] for i in large], [values[i] for i in large])
             for i, r in zip(large, results):
