@@ -146,6 +146,9 @@ class MooncakeDistributedStore:
     def put_from(self, key: str, buffer_ptr: int, size: int, config: Any = None) -> int:
         return self._status(lambda c: c.put_from(key, buffer_ptr, size))
 
+    # strata's put_from always overwrites: Mooncake's upsert_from.
+    upsert_from = put_from
+
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Bytes read, or a negative code (``-704`` missing, ``-10`` the value
         does not fit ``size``)."""

@@ -60,6 +60,13 @@ def _key(key: Any) -> str:
     return key.to_string() if hasattr(key, "to_string") else str(key)
 
 
+def _nbytes(payload: Any) -> int:
+    """Length of a memory object's bytes: a buffer or a tensor."""
+    if hasattr(payload, "data_ptr"):
+        return int(payload.numel()) * int(payload.element_size())
+    return memoryview(payload).nbytes
+
+
 def _dtype_name(dtype: Any) -> str:
     return str(dtype)
 
@@ -120,7 +127,7 @@ class StrataConnector(_Base):
     def _put(self, key: Any, memory_obj: Any) -> None:
         k = _key(key)
         payload = memory_obj.byte_array
-        length = memoryview(payload).nbytes
+        length = _nbytes(payload)
         fmt = memory_obj.get_memory_format()
         meta = {
             "v": META_VERSION,
