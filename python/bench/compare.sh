@@ -64,6 +64,12 @@ for round in $(seq "$ROUNDS"); do
             2>>"$OUT/bench.log" >/dev/null
         "$PYVENV/bin/python" "$ROOT/python/bench/zero_copy.py" --addr "127.0.0.1:$SP" --sizes "$SIZES" \
             --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" >/dev/null
+        # The SDK path alone: no per-read verification on either side.
+        "$BIN/strata-bench" --target strata --addr "127.0.0.1:$SP" --api zerocopy --system strata-noverify \
+            --verify false --sizes "$SIZES" --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" \
+            2>>"$OUT/bench.log" >/dev/null
+        "$PYVENV/bin/python" "$ROOT/python/bench/zero_copy.py" --raw --addr "127.0.0.1:$SP" --sizes "$SIZES" \
+            --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" >/dev/null
     done
 done
 for c in $CLIENTS; do
@@ -78,14 +84,27 @@ bad = [r for r in rows if r["errors"] or r["mismatches"]]
 cells = {}
 for r in rows:
     cells.setdefault((r["size"], r["op"], r["threads"], r["system"]), []).append(r)
-print(f"{'size':>8} {'op':<4} {'c':>2} | {'Rust GB/s':>9} {'p50us':>6} | {'Python GB/s':>11} {'p50us':>6} | {'Py/Rust':>7} | {'Mooncake GB/s':>13} {'p50us':>6}")
-for size, op, c in sorted({k[:3] for k in cells}, key=lambda k: (k[0], k[1] != "put", k[2])):
-    def med(system, field):
-        rs = cells.get((size, op, c, system))
-        return statistics.median(r[field] for r in rs) if rs else float("nan")
-    rust, py, mc = med("strata", "GBps"), med("strata-python", "GBps"), med("mooncake", "GBps")
-    print(f"{size:>8} {op:<4} {c:>2} | {rust:>9.3f} {med('strata', 'p50_us'):>6.0f} | {py:>11.3f} "
-          f"{med('strata-python', 'p50_us'):>6.0f} | {py / rust:>7.2f} | {mc:>13.3f} {med('mooncake', 'p50_us'):>6.0f}")
+keys = sorted({k[:3] for k in cells}, key=lambda k: (k[0], k[1] != "put", k[2]))
+
+def med(key, system, field):
+    rs = cells.get(key + (system,))
+    return statistics.median(r[field] for r in rs) if rs else float("nan")
+
+def table(title, columns, ratio):
+    print(title)
+    print(f"{'size':>8} {'op':<4} {'c':>2} | " + " | ".join(f"{name:>14} {'p50us':>6}" for name, _ in columns)
+          + f" | {ratio[0]:>9}")
+    for k in keys:
+        cols = " | ".join(f"{med(k, s, 'GBps'):>14.3f} {med(k, s, 'p50_us'):>6.0f}" for _, s in columns)
+        print(f"{k[0]:>8} {k[1]:<4} {k[2]:>2} | {cols} | {med(k, ratio[1], 'GBps') / med(k, ratio[2], 'GBps'):>9.2f}")
+    print()
+
+table("Shared workload (fill + verify every value), GB/s:",
+      [("Rust", "strata"), ("Python", "strata-python"), ("Mooncake", "mooncake")],
+      ("Py/Rust", "strata-python", "strata"))
+table("SDK path alone (no per-read verification), GB/s:",
+      [("Rust", "strata-noverify"), ("Python", "strata-python-raw")],
+      ("Py/Rust", "strata-python-raw", "strata-noverify"))
 print(f"rounds per cell: {max(len(v) for v in cells.values())}; cells with errors: {len(bad)}")
 sys.exit(1 if bad else 0)
 PY

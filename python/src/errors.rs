@@ -57,3 +57,14 @@ pub fn invalid(message: impl Into<String>) -> PyErr {
         },
     )
 }
+
+/// `strata.errors.StrataError(message)` for a failure inside the extension
+/// itself (a panicked task), which no stable code describes.
+pub fn internal(message: impl Into<String>) -> PyErr {
+    Python::with_gil(
+        |py| match instance(py, "StrataError", "INTERNAL", message.into()) {
+            Ok(v) => PyErr::from_value(v.into_bound(py)),
+            Err(import_failed) => import_failed,
+        },
+    )
+}
