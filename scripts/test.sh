@@ -78,7 +78,7 @@ kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite
 # built above. The tests start and stop their own servers (and etcd).
 step "python SDK: pip install ./python (dev profile) and pytest python/tests"
 "$VENV/bin/pip" install -q --disable-pip-version-check 'maturin>=1.7,<2' numpy
-MATURIN_PEP517_ARGS="--profile dev" "$VENV/bin/pip" install -q --disable-pip-version-check \
+PATH="$VENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$VENV/bin/pip" install -q --disable-pip-version-check \
   --no-build-isolation ./python
 "$VENV/bin/python" -m pytest python/tests -q -rs
 
