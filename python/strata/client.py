@@ -67,7 +67,7 @@ class Client:
 
         Values up to ``inline_max_bytes`` go inline on the command
         connection; larger ones zero-copy (the node pulls them)."""
-        if isinstance(value, (bytes, bytearray, memoryview)) or not hasattr(value, "data_ptr"):
+        if not _is_tensor(value):
             size = _nbytes_or_raise(value)
             if size <= self.config.inline_max_bytes:
                 self._native.set(key, bytes(value))
@@ -85,7 +85,11 @@ class Client:
         if len(keys) != len(values):
             raise InvalidArgumentError(f"{len(keys)} keys for {len(values)} values")
         out: List[Optional[StrataError]] = [None] * len(keys)
-        small = [i for i, v in enumerate(values) if _nbytes_or_raise(v) <= self.config.inline_max_bytes]
+        small = [
+            i
+            for i, v in enumerate(values)
+            if not _is_tensor(v) and _nbytes_or_raise(v) <= self.config.inline_max_bytes
+        ]
         small_set = set(small)
         large = [i for i in range(len(keys)) if i not in small_set]
         if small:
@@ -185,6 +189,10 @@ class Client:
     def _one(self, key: Key, target: Any, size: Optional[int]) -> tuple:
         target, size = resolve(self._registry, target, size)
         return key, target, size
+
+
+def _is_tensor(value: Any) -> bool:
+    return not isinstance(value, (bytes, bytearray, memoryview)) and hasattr(value, "data_ptr")
 
 
 def _nbytes_or_raise(value: Any) -> int:

@@ -47,6 +47,9 @@ def test_batches_report_per_key(client, key):
     got = client.get_batch(keys + [key("none")])
     assert got[:5] == values and got[5] is None
     assert client.exists_batch([keys[0], key("none")]) == [True, False]
+    tensor = TensorLike(np.arange(8, dtype=np.int32))
+    assert client.put_batch([key("t")], [tensor]) == [None]
+    assert client.get(key("t")) == tensor.array.tobytes()
     assert client.prefix(keys) == 5
     assert client.prefix([keys[0], key("none"), keys[1]]) == 1
 
