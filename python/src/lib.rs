@@ -12,6 +12,7 @@
 mod client;
 mod errors;
 mod target;
+mod transfer;
 
 use pyo3::prelude::*;
 
