@@ -21,6 +21,10 @@ use crate::metrics::Metrics;
 /// After a ring change, misses are read through to the previous holders
 /// for this long: other nodes' repairs may still be pushing keys here.
 const TRANSITION_GRACE_MS: u64 = 30_000;
+/// A repair that left copies missing runs again after this, doubling up
+/// to the max, until it completes or a newer ring takes over.
+const REPAIR_RETRY_FIRST: Duration = Duration::from_millis(500);
+const REPAIR_RETRY_MAX: Duration = Duration::from_secs(10);
 /// How often a cluster member looks for copies it should not hold.
 const ANTI_ENTROPY_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a cluster member remembers a delete.
@@ -194,8 +198,26 @@ impl Node {
         let base = self.repaired_ring.lock().clone();
         let node = self.clone();
         tokio::spawn(async move {
-            if repair::run(node.clone(), base, ring.clone(), generation).await {
-                *node.repaired_ring.lock() = ring;
+            // Pushes that failed (a peer overloaded or restarting) are
+            // retried by running the repair again: versions make the pushes
+            // that did land no-ops.
+            let mut backoff = REPAIR_RETRY_FIRST;
+            loop {
+                match repair::run(node.clone(), base.clone(), ring.clone(), generation).await {
+                    repair::Outcome::Done => {
+                        *node.repaired_ring.lock() = ring;
+                        return;
+                    }
+                    repair::Outcome::Superseded => return,
+                    repair::Outcome::Incomplete { failed } => {
+                        tracing::warn!(failed, retry_in = ?backoff, "repair left copies missing; running it again");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(REPAIR_RETRY_MAX);
+                        if node.repair_generation() != generation {
+                            return;
+                        }
+                    }
+                }
             }
         });
     }

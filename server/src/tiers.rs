@@ -27,7 +27,7 @@ const OWNER_FILE: &str = "owner.pid";
 /// (kill -9, a crash): each holds up to `ssd_pool_size` of preallocated
 /// files. One whose owner is alive, or whose owner cannot be told, is left.
 fn remove_orphans() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+    let Ok(entries) = std::fs::read_dir(temp_base()) else {
         return;
     };
     for entry in entries.flatten() {
@@ -54,6 +54,21 @@ fn remove_orphans() {
     }
 }
 
+/// Where the default NVMe directory goes: `$TMPDIR` if set, else
+/// `/var/tmp` (on disk on every common distribution, where `/tmp` is often
+/// tmpfs: preallocating the tier there would take RAM), else `/tmp`.
+fn temp_base() -> PathBuf {
+    if std::env::var_os("TMPDIR").is_some() {
+        return std::env::temp_dir();
+    }
+    let var_tmp = PathBuf::from("/var/tmp");
+    if var_tmp.is_dir() {
+        var_tmp
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// An opened NVMe tier and, for the default configuration, the temporary
 /// directory it lives in (removed when the node stops).
 pub struct Lower {
@@ -72,7 +87,7 @@ pub async fn open(cfg: &Config, store: &Store) -> anyhow::Result<Option<Lower>> 
         remove_orphans();
         let temp = tempfile::Builder::new()
             .prefix(TEMP_PREFIX)
-            .tempdir()
+            .tempdir_in(temp_base())
             .context("ssd_path is empty and no temporary directory can be created for the NVMe tier (set ssd_path, or ssd_pool_size 0)")?;
         // So that a later node can tell this directory was orphaned by a
         // crash (the directory is removed on a graceful stop only).

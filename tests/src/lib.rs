@@ -146,6 +146,11 @@ impl Server {
     /// Starts a node with `--port P --metrics-port M` plus `extra_args` and
     /// returns once it answers PING.
     pub fn start(extra_args: &[&str]) -> Server {
+        Server::start_with_env(extra_args, &[])
+    }
+
+    /// Like [`Server::start`], with extra environment variables.
+    pub fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let (port, metrics_port) = {
@@ -157,7 +162,7 @@ impl Server {
                     b.local_addr().expect("addr").port(),
                 )
             };
-            match Server::try_start(port, metrics_port, extra_args) {
+            match Server::try_start(port, metrics_port, extra_args, env) {
                 Ok(s) => return s,
                 Err(stderr) => last = stderr,
             }
@@ -168,14 +173,19 @@ impl Server {
     /// Starts a node on given ports (a restart of a node that was killed:
     /// same address, as an operator would bring it back).
     pub fn start_on(port: u16, metrics_port: u16, extra_args: &[&str]) -> Server {
-        Server::try_start(port, metrics_port, extra_args).unwrap_or_else(|log| {
+        Server::try_start(port, metrics_port, extra_args, &[]).unwrap_or_else(|log| {
             panic!("strata-server could not bind {port}/{metrics_port}:\n{log}")
         })
     }
 
     /// `Err(stderr)` only when the ports were taken; any other failure to
     /// start panics with the server's stderr.
-    fn try_start(port: u16, metrics_port: u16, extra_args: &[&str]) -> Result<Server, String> {
+    fn try_start(
+        port: u16,
+        metrics_port: u16,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
         let (p, m) = (port.to_string(), metrics_port.to_string());
         let child = server_command()
@@ -190,6 +200,7 @@ impl Server {
                 "0",
             ])
             .args(extra_args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr.reopen().expect("reopen"))

@@ -357,3 +357,39 @@ fn concurrent_writes_deletes_and_reads_across_tiers_stay_exact() {
         &wrong[..wrong.len().min(20)]
     );
 }
+
+/// The default NVMe directory is temporary: removed on a graceful stop,
+/// and one left by a node killed with SIGKILL is removed by the next node
+/// that starts with the default.
+#[test]
+fn default_temporary_directory_is_cleaned_up() {
+    let base = tempfile::tempdir().unwrap();
+    let tmpdir = base.path().to_str().unwrap();
+    let nvme_dirs = || -> Vec<String> {
+        std::fs::read_dir(base.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("strata-nvme-"))
+            .collect()
+    };
+    let args = ["--ssd-pool-size", "64MiB", "--ssd-max-value-size", "1MiB"];
+    let env = [("TMPDIR", tmpdir)];
+    let mut killed = Server::start_with_env(&args, &env);
+    assert_eq!(nvme_dirs().len(), 1, "one temporary NVMe directory");
+    killed.kill();
+    assert_eq!(nvme_dirs().len(), 1, "SIGKILL leaves it behind");
+    let mut next = Server::start_with_env(&args, &env);
+    let left = nvme_dirs();
+    assert_eq!(
+        left.len(),
+        1,
+        "the orphan is gone, the new node has its own: {left:?}"
+    );
+    assert!(
+        next.info().contains(&left[0]),
+        "INFO names the new directory"
+    );
+    assert!(next.stop(Duration::from_secs(30)).success());
+    assert!(nvme_dirs().is_empty(), "a graceful stop removes it");
+}

@@ -41,21 +41,31 @@ fn changed_slots(old: &Ring, new: &Ring, copies: usize) -> Vec<bool> {
         .collect()
 }
 
+/// How a repair run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every key was pushed to its whole replica set.
+    Done,
+    /// A newer ring arrived; its repair takes over.
+    Superseded,
+    /// Some pushes failed (a target busy or briefly unreachable): run again.
+    Incomplete { failed: u64 },
+}
+
 /// Repairs from `base` (the last fully repaired ring) to the current ring.
-/// Returns false if a newer ring arrived first.
-pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: u64) -> bool {
+pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: u64) -> Outcome {
     let copies = node.cfg.replica_num as usize;
     let changed = changed_slots(&base, &ring, copies);
     let me = node.cluster.me.id.clone();
     let mut cursor = 0u64;
-    let (mut pushed, mut shed) = (0u64, 0u64);
+    let (mut pushed, mut shed, mut failed) = (0u64, 0u64, 0u64);
     loop {
         let (next, keys) = node.store.scan(cursor, SCAN_BATCH, now_ms(), |k| {
             changed[usize::from(key_slot(k))]
         });
         for key in keys {
             if node.repair_generation() != generation {
-                return false;
+                return Outcome::Superseded;
             }
             let Some((value, expire)) = node.store.peek_with_expiry(&key, now_ms()) else {
                 continue;
@@ -71,6 +81,7 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
             let version = value.version();
             let ok = replicate::push(&node, key.clone(), value, expire, targets).await;
             pushed += ok as u64;
+            failed += (want - ok) as u64;
             if !mine && ok == want && want > 0 && node.store.delete_version(&key, version, now_ms())
             {
                 shed += 1;
@@ -85,10 +96,14 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
     c.repair_pushes_total.fetch_add(pushed, Relaxed);
     c.repair_shed_total.fetch_add(shed, Relaxed);
     c.repair_runs_total.fetch_add(1, Relaxed);
-    if pushed > 0 || shed > 0 || !Arc::ptr_eq(&base, &ring) {
-        tracing::info!(pushed, shed, "repair done");
+    if pushed > 0 || shed > 0 || failed > 0 || !Arc::ptr_eq(&base, &ring) {
+        tracing::info!(pushed, shed, failed, "repair done");
     }
-    true
+    if failed > 0 {
+        Outcome::Incomplete { failed }
+    } else {
+        Outcome::Done
+    }
 }
 
 /// Read-through during a transition: asks the holders of each key under the
