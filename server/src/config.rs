@@ -65,7 +65,15 @@ const KEYS: &[(&str, &str)] = &[
         "metadata_server",
         "cluster membership service (empty = standalone)",
     ),
-    ("protocol", "transfer protocol for payloads"),
+    ("protocol", "data plane for payloads: tcp or rdma"),
+    (
+        "device_name",
+        "RDMA device for protocol rdma (empty = first active RoCEv2 port)",
+    ),
+    (
+        "rdma_fallback_tcp",
+        "with protocol rdma: use tcp (and warn) when no RDMA device works",
+    ),
     (
         "log_level",
         "tracing filter, e.g. info or strata_server=debug",
@@ -124,6 +132,10 @@ pub struct Cli {
     node_ttl_s: Option<String>,
     #[arg(long, env = "STRATA_PROTOCOL")]
     protocol: Option<String>,
+    #[arg(long, env = "STRATA_DEVICE_NAME")]
+    device_name: Option<String>,
+    #[arg(long, env = "STRATA_RDMA_FALLBACK_TCP")]
+    rdma_fallback_tcp: Option<String>,
     #[arg(long, env = "STRATA_LOG_LEVEL")]
     log_level: Option<String>,
 }
@@ -155,6 +167,8 @@ impl Cli {
             ("replica_num", self.replica_num.as_ref()),
             ("node_ttl_s", self.node_ttl_s.as_ref()),
             ("protocol", self.protocol.as_ref()),
+            ("device_name", self.device_name.as_ref()),
+            ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
             ("log_level", self.log_level.as_ref()),
         ]
     }
@@ -186,6 +200,12 @@ pub struct Config {
     pub replica_num: u32,
     pub node_ttl_s: u32,
     pub protocol: String,
+    /// RDMA device (`rxe0`, `mlx5_0`); empty auto-detects.
+    pub device_name: String,
+    /// With `protocol: rdma`, start on TCP (one warning) instead of failing
+    /// when no RDMA device works. Off by default: a node silently on TCP
+    /// is a performance incident nobody asked for.
+    pub rdma_fallback_tcp: bool,
     pub log_level: String,
 }
 
@@ -239,6 +259,8 @@ impl Default for Config {
             replica_num: 1,
             node_ttl_s: 5,
             protocol: "tcp".into(),
+            device_name: String::new(),
+            rdma_fallback_tcp: false,
             log_level: "info".into(),
         }
     }
@@ -462,12 +484,20 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "replica_num" => cfg.replica_num = int_in(v, 1, MAX_REPLICAS)? as u32,
         "node_ttl_s" => cfg.node_ttl_s = int_in(v, 1, 60)? as u32,
         "protocol" => {
-            if v != "tcp" {
-                return Err(format!(
-                    "{v:?} is not available (allowed: tcp; rdma is not built into this release)"
-                ));
+            // Whether this binary has RDMA, and whether a device works, is
+            // checked when the data plane starts.
+            if v != "tcp" && v != "rdma" {
+                return Err(format!("{v:?} is not a protocol (allowed: tcp, rdma)"));
             }
             cfg.protocol = v.into();
+        }
+        "device_name" => cfg.device_name = name(v, true)?,
+        "rdma_fallback_tcp" => {
+            cfg.rdma_fallback_tcp = match v {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => return Err(format!("{v:?} is not a boolean (true or false)")),
+            }
         }
         "log_level" => {
             tracing_subscriber::EnvFilter::try_new(v)
@@ -516,6 +546,8 @@ impl Config {
             ("replica_num", self.replica_num.to_string()),
             ("node_ttl_s", self.node_ttl_s.to_string()),
             ("protocol", self.protocol.clone()),
+            ("device_name", self.device_name.clone()),
+            ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),
             ("log_level", self.log_level.clone()),
             // redis-benchmark asks for these at start; we persist nothing.
             ("save", String::new()),
@@ -543,6 +575,18 @@ impl Config {
         }
         if self.node_id.is_empty() {
             self.node_id = format!("{}:{}", self.host_name, self.port);
+        }
+    }
+
+    /// The data plane to start, from `protocol`, `device_name` and
+    /// `rdma_fallback_tcp`.
+    pub fn data_protocol(&self) -> strata_rdma::Protocol {
+        match self.protocol.as_str() {
+            "rdma" => strata_rdma::Protocol::Rdma {
+                device_name: (!self.device_name.is_empty()).then(|| self.device_name.clone()),
+                fallback_tcp: self.rdma_fallback_tcp,
+            },
+            _ => strata_rdma::Protocol::Tcp,
         }
     }
 
@@ -598,7 +642,8 @@ mod tests {
             ("port", "70000"),
             ("cpu_memory_pool_size", "1KiB"),
             ("eviction_high_watermark", "2"),
-            ("protocol", "rdma"),
+            ("protocol", "udp"),
+            ("rdma_fallback_tcp", "maybe"),
             ("bogus", "1"),
             ("bind", "localhost:1"),
         ])
@@ -607,7 +652,8 @@ mod tests {
             "port: 70000 is out of range (allowed 1 ..= 65535)",
             "cpu_memory_pool_size: 1KiB is out of range (allowed 4MiB ..= 64TiB)",
             "eviction_high_watermark: 2 is out of range",
-            "protocol: \"rdma\" is not available",
+            "protocol: \"udp\" is not a protocol (allowed: tcp, rdma)",
+            "rdma_fallback_tcp: \"maybe\" is not a boolean",
             "bogus: unknown key",
             "bind: \"localhost:1\" is not an IP address",
         ] {
@@ -624,6 +670,27 @@ mod tests {
         assert_eq!(c.max_value_size, MIB);
         assert!(parse_file("[1]").is_err());
         assert!(parse_file(r#"{"port": [1]}"#).is_err());
+    }
+
+    #[test]
+    fn rdma_selection() {
+        let c = v(&[("protocol", "rdma"), ("device_name", "rxe0")]).unwrap();
+        assert_eq!(
+            c.data_protocol(),
+            strata_rdma::Protocol::Rdma {
+                device_name: Some("rxe0".into()),
+                fallback_tcp: false
+            }
+        );
+        let c = v(&[("protocol", "rdma"), ("rdma_fallback_tcp", "true")]).unwrap();
+        assert_eq!(
+            c.data_protocol(),
+            strata_rdma::Protocol::Rdma {
+                device_name: None,
+                fallback_tcp: true
+            }
+        );
+        assert_eq!(v(&[]).unwrap().data_protocol(), strata_rdma::Protocol::Tcp);
     }
 
     #[test]
