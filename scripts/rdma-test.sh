@@ -78,6 +78,9 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends --no-remove "${need[@]}" >/dev/null
 fi
+step "cargo clippy --features rdma -D warnings"
+cargo clippy -q -p strata-rdma -p strata-server -p strata-client --all-targets --features \
+  strata-rdma/rdma,strata-server/rdma,strata-client/rdma -- -D warnings
 step "building with --features rdma (into $CARGO_TARGET_DIR)"
 cargo build -q -p strata-server --features rdma
 test_bin() {   # $1.. = cargo test selection; prints the executable

@@ -78,13 +78,11 @@ impl DataPlane {
             return tcp(advertise_host).await;
         };
         match start_verbs(addr, device_name, advertise_host.clone(), read_timeout).await {
-            Err(StartError::NotBuilt | StartError::NoDevice(_)) if *fallback_tcp => {
-                let why = start_verbs(addr, device_name, None, read_timeout)
-                    .await
-                    .err()
-                    .map(|e| e.to_string())
-                    .unwrap_or_default();
-                tracing::warn!(reason = %why, "RDMA unavailable: falling back to the TCP data plane (rdma_fallback_tcp)");
+            Err(why @ (StartError::NotBuilt | StartError::NoDevice(_))) if *fallback_tcp => {
+                tracing::warn!(
+                    reason = %why,
+                    "RDMA unavailable: falling back to the TCP data plane (rdma_fallback_tcp)"
+                );
                 tcp(advertise_host).await
             }
             other => other,

@@ -59,6 +59,7 @@ pub struct Region {
 
 /// A memory registration held by the NIC: its local key and the handle
 /// whose drop deregisters it (so the rkey stops working).
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
 pub(crate) struct HwKey {
     pub(crate) lkey: u32,
     pub(crate) _mr: Box<dyn Any + Send + Sync>,
