@@ -87,7 +87,6 @@ impl Region {
     }
 
     /// The NIC's local key, for regions a verbs transport registered.
-    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
     pub(crate) fn lkey(&self) -> Option<u32> {
         self.hw.as_ref().map(|h| h.lkey)
     }

@@ -19,6 +19,8 @@
 //! handed out (see `docs/OPERATIONS.md`, "RDMA and leases").
 
 mod completion;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod handshake;
 mod nic;
 
@@ -208,6 +210,38 @@ impl VerbsTransport {
     /// peers' reads without us seeing them) and reads that failed.
     pub fn stats(&self) -> &TcpStats {
         &self.stats
+    }
+
+    /// Registers GPU memory (exported as a dma-buf) so peers can READ it and
+    /// reads can land in it, without host bounce buffers. The region keeps
+    /// `mem` alive and is deregistered before it is freed.
+    #[cfg(feature = "cuda")]
+    pub fn register_gpu(&self, mem: Arc<gpu::GpuMemory>) -> Result<Region, TransferError> {
+        use std::os::fd::AsRawFd;
+        let (addr, len) = (mem.device_ptr(), mem.len());
+        // SAFETY: the fd is a live dma-buf of exactly [0, len) of `mem`,
+        // whose I/O address is its device pointer; `mem` is kept alive by
+        // the region below for as long as the MR exists.
+        let mr = unsafe {
+            self.nic.pd.reg_dmabuf_mr(
+                0,
+                len as usize,
+                addr,
+                mem.dmabuf().as_raw_fd(),
+                AccessFlags::LocalWrite | AccessFlags::RemoteRead,
+            )
+        }
+        .map_err(|e| verbs_err("ibv_reg_dmabuf_mr", &e))?;
+        let (lkey, rkey) = (mr.lkey(), mr.rkey());
+        // Tuple fields drop in order: the MR before the GPU memory.
+        let hw = HwKey {
+            lkey,
+            _mr: Box::new((mr, mem)),
+        };
+        // SAFETY: the memory lives as long as the region (held in `hw`);
+        // the NIC, not the CPU, is the only one touching it through the
+        // region.
+        unsafe { self.regions.register_hw(addr, len, hw, rkey) }
     }
 
     fn peer(&self, endpoint: &str) -> Result<Arc<Peer>, TransferError> {
