@@ -8,8 +8,9 @@
 //! pair's lifeline.
 //!
 //! A read is split into slices of [`SLICE_BYTES`], at most [`WINDOW`] in
-//! flight per queue pair; concurrent reads from one peer use up to
-//! [`QPS_PER_PEER`] queue pairs. Every read has a deadline; a read that
+//! flight per queue pair; a read of [`STRIPE_MIN_BYTES`] or more is striped
+//! over up to [`QPS_PER_PEER`] queue pairs to the peer (as many as its pool
+//! has free), and concurrent reads share that pool. Every read has a deadline; a read that
 //! fails, times out or is cancelled moves its queue pair to ERROR before it
 //! returns, so the NIC never writes into a destination its caller got back.
 //!
@@ -57,6 +58,10 @@ pub const READ_LEN_MAX: u64 = crate::tcp::READ_LEN_MAX;
 pub const SLICE_BYTES: u64 = 1 << 20;
 /// READ work requests in flight per queue pair (also its send-queue depth).
 pub const WINDOW: usize = 16;
+/// Reads of at least this many bytes are striped over several queue pairs
+/// to the peer, so one large transfer can use NICs whose single queue pair
+/// cannot fill the link.
+pub const STRIPE_MIN_BYTES: u64 = 4 * SLICE_BYTES;
 /// Queue pairs (and so concurrent reads) per peer endpoint.
 pub const QPS_PER_PEER: usize = 4;
 /// Outgoing queue pairs per transport, all peers together; with
@@ -266,9 +271,15 @@ impl VerbsTransport {
 
     /// Opens a side channel to `endpoint` and connects a fresh QP over it.
     async fn connect(&self, endpoint: &str) -> Result<Arc<Conn>, TransferError> {
-        let slot = Arc::clone(&self.out_slots)
-            .try_acquire_owned()
-            .map_err(|_| TransferError::Busy("too many RDMA queue pairs open"))?;
+        let slot = match Arc::clone(&self.out_slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            // Idle pooled queue pairs to other peers hold the slots: close
+            // one rather than refuse (a node pulls from many clients).
+            Err(_) if self.close_one_idle() => Arc::clone(&self.out_slots)
+                .try_acquire_owned()
+                .map_err(|_| TransferError::Busy("too many RDMA queue pairs open"))?,
+            Err(_) => return Err(TransferError::Busy("too many RDMA queue pairs open")),
+        };
         let addr = tokio::net::lookup_host(endpoint)
             .await?
             .next()
@@ -315,35 +326,72 @@ impl VerbsTransport {
         }))
     }
 
-    /// Runs one read on a pooled or fresh queue pair.
-    async fn pull(&self, src: &Descriptor, local: u64, lkey: u32) -> Result<(), TransferError> {
-        let peer = self.peer(&src.endpoint)?;
-        let _slot = peer
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| TransferError::Busy("peer pool closed"))?;
+    /// Closes one idle pooled queue pair, if any; true if one was closed.
+    fn close_one_idle(&self) -> bool {
+        let peers = self.peers.lock();
+        let idle = peers.values().find_map(|p| p.idle.lock().pop());
+        drop(peers);
+        idle.is_some()
+    }
+
+    /// A pooled queue pair to `endpoint` that is not broken, or a fresh one.
+    async fn take_conn(&self, peer: &Peer, endpoint: &str) -> Result<Arc<Conn>, TransferError> {
         let pooled = loop {
             match peer.idle.lock().pop() {
                 Some(c) if c.broken.load(Ordering::Acquire) => continue,
                 other => break other,
             }
         };
-        let conn = match pooled {
-            Some(c) => c,
-            None => self.connect(&src.endpoint).await?,
-        };
-        let mut xfer = Transfer {
-            conn: &conn,
-            done: &self.done,
-            inflight: Vec::with_capacity(WINDOW),
-        };
-        let result = xfer.run(src, local, lkey).await;
-        drop(xfer);
+        match pooled {
+            Some(c) => Ok(c),
+            None => self.connect(endpoint).await,
+        }
+    }
+
+    /// Runs one read: on one queue pair, or striped slice by slice over up
+    /// to `qps_per_peer` of them when it is large and the peer's pool has
+    /// room (never waiting for more than the first).
+    async fn pull(&self, src: &Descriptor, local: u64, lkey: u32) -> Result<(), TransferError> {
+        let peer = self.peer(&src.endpoint)?;
+        let first = peer
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| TransferError::Busy("peer pool closed"))?;
+        let mut lanes = vec![(first, self.take_conn(&peer, &src.endpoint).await?)];
+        if src.len >= STRIPE_MIN_BYTES {
+            let want = (src.len.div_ceil(SLICE_BYTES) as usize).min(self.config.qps_per_peer);
+            while lanes.len() < want {
+                let Ok(slot) = peer.slots.try_acquire() else {
+                    break;
+                };
+                match self.take_conn(&peer, &src.endpoint).await {
+                    Ok(conn) => lanes.push((slot, conn)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no extra queue pair to stripe over");
+                        break;
+                    }
+                }
+            }
+        }
+        let count = lanes.len() as u64;
+        let runs = lanes.iter().enumerate().map(|(lane, (_, conn))| {
+            let mut xfer = Transfer {
+                conn,
+                done: &self.done,
+                inflight: Vec::with_capacity(WINDOW),
+            };
+            async move { xfer.run(src, local, lkey, lane as u64, count).await }
+        });
+        // The first failure drops the other lanes' transfers, which fail
+        // their queue pairs: none of them is pooled again.
+        let result = futures::future::try_join_all(runs).await.map(drop);
         match &result {
             Ok(()) => {
                 self.stats.reads_served.fetch_add(1, Ordering::Relaxed);
-                peer.idle.lock().push(conn);
+                peer.idle
+                    .lock()
+                    .extend(lanes.into_iter().map(|(_, conn)| conn));
             }
             Err(_) => {
                 self.stats.reads_refused.fetch_add(1, Ordering::Relaxed);
@@ -363,8 +411,16 @@ struct Transfer<'a> {
 }
 
 impl Transfer<'_> {
-    async fn run(&mut self, src: &Descriptor, local: u64, lkey: u32) -> Result<(), TransferError> {
-        let mut offset = 0;
+    /// Reads slices `lane`, `lane + lanes`, ... of `src`.
+    async fn run(
+        &mut self,
+        src: &Descriptor,
+        local: u64,
+        lkey: u32,
+        lane: u64,
+        lanes: u64,
+    ) -> Result<(), TransferError> {
+        let mut offset = lane * SLICE_BYTES;
         while offset < src.len {
             if self.inflight.len() == WINDOW {
                 self.reap_one().await?;
@@ -377,7 +433,7 @@ impl Transfer<'_> {
                 lkey,
                 len as u32,
             )?;
-            offset += len;
+            offset += lanes * SLICE_BYTES;
         }
         while !self.inflight.is_empty() {
             self.reap_one().await?;
