@@ -100,7 +100,7 @@ impl Client {
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
     pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
-        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, None, None)
+        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, None)
             .await
             .map_err(|e| match e {
                 strata_rdma::StartError::Transport(t) => Error::from(t),

@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::tcp::{TcpConfig, TcpStats, TcpTransport};
 #[cfg(feature = "rdma")]
@@ -52,22 +51,19 @@ pub enum DataPlane {
 }
 
 impl DataPlane {
-    /// Starts the data plane `protocol` names on `addr`. `advertise_host`
-    /// is put in descriptors instead of the bound address.
+    /// Starts the data plane `protocol` names on `addr`, with default
+    /// limits. `advertise_host` is put in descriptors instead of the bound
+    /// address.
     pub async fn start(
         addr: SocketAddr,
         protocol: &Protocol,
         advertise_host: Option<String>,
-        read_timeout: Option<Duration>,
     ) -> Result<DataPlane, StartError> {
         let tcp = |advertise_host| async move {
-            let mut cfg = TcpConfig {
+            let cfg = TcpConfig {
                 advertise_host,
                 ..Default::default()
             };
-            if let Some(t) = read_timeout {
-                cfg.read_timeout = t;
-            }
             Ok(DataPlane::Tcp(TcpTransport::bind_with(addr, cfg).await?))
         };
         let Protocol::Rdma {
@@ -77,7 +73,7 @@ impl DataPlane {
         else {
             return tcp(advertise_host).await;
         };
-        match start_verbs(addr, device_name, advertise_host.clone(), read_timeout).await {
+        match start_verbs(addr, device_name, advertise_host.clone()).await {
             Err(why @ (StartError::NotBuilt | StartError::NoDevice(_))) if *fallback_tcp => {
                 tracing::warn!(
                     reason = %why,
@@ -104,16 +100,12 @@ async fn start_verbs(
     addr: SocketAddr,
     device_name: &Option<String>,
     advertise_host: Option<String>,
-    read_timeout: Option<Duration>,
 ) -> Result<DataPlane, StartError> {
-    let mut cfg = VerbsConfig {
+    let cfg = VerbsConfig {
         device_name: device_name.clone(),
         advertise_host,
         ..Default::default()
     };
-    if let Some(t) = read_timeout {
-        cfg.read_timeout = t;
-    }
     match VerbsTransport::bind(addr, cfg).await {
         Ok(t) => Ok(DataPlane::Verbs(t)),
         Err(crate::verbs::BindError::NoDevice(e)) => Err(StartError::NoDevice(e.to_string())),
@@ -126,7 +118,6 @@ async fn start_verbs(
     _addr: SocketAddr,
     _device_name: &Option<String>,
     _advertise_host: Option<String>,
-    _read_timeout: Option<Duration>,
 ) -> Result<DataPlane, StartError> {
     Err(StartError::NotBuilt)
 }
@@ -185,7 +176,7 @@ mod tests {
     #[tokio::test]
     async fn tcp_is_the_default() {
         let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-        let plane = DataPlane::start(addr, &Protocol::default(), None, None)
+        let plane = DataPlane::start(addr, &Protocol::default(), None)
             .await
             .expect("tcp starts");
         assert_eq!(plane.kind(), TransportKind::Tcp);
@@ -200,7 +191,7 @@ mod tests {
             device_name: Some("no-such-device".into()),
             fallback_tcp: false,
         };
-        let err = DataPlane::start(addr, &strict, None, None)
+        let err = DataPlane::start(addr, &strict, None)
             .await
             .err()
             .expect("a device that does not exist cannot start");
@@ -213,7 +204,7 @@ mod tests {
             device_name: Some("no-such-device".into()),
             fallback_tcp: true,
         };
-        let plane = DataPlane::start(addr, &lenient, None, None)
+        let plane = DataPlane::start(addr, &lenient, None)
             .await
             .expect("falls back to tcp");
         assert_eq!(plane.kind(), TransportKind::Tcp);

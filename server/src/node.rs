@@ -91,7 +91,6 @@ impl Node {
             data_addr,
             &cfg.data_protocol(),
             Some(cfg.advertise_host.clone()),
-            None,
         )
         .await
         .with_context(|| format!("cannot start the data plane on {data_addr} (data_port)"))?;
