@@ -72,6 +72,16 @@ bash tests/compat/redis_cli_session.sh
 PATH="$VENV/bin:$PATH" bash tests/compat/redis_benchmark.sh
 kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite"; exit 1; }
 
+# --- 4b. Python SDK (python/): build, install, pytest ------------------------
+# The documented install is `pip install ./python` (release); here the same
+# build runs with the dev profile to stay fast, against the debug server
+# built above. The tests start and stop their own servers (and etcd).
+step "python SDK: pip install ./python (dev profile) and pytest python/tests"
+"$VENV/bin/pip" install -q --disable-pip-version-check 'maturin>=1.7,<2' numpy
+PATH="$VENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$VENV/bin/pip" install -q --disable-pip-version-check \
+  --no-build-isolation ./python
+"$VENV/bin/python" -m pytest python/tests -q -rs
+
 # --- 5. A short fuzzing run of the protocol parsers ---------------------------
 step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"
 FUZZ_TARGETS="request_scan descriptor glob" bash scripts/fuzz.sh 10

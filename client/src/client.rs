@@ -486,6 +486,30 @@ impl Client {
         Ok(expect_int(reply)? > 0)
     }
 
+    /// Length of the value of `key` (the `size` of `STRATA.META`), `None`
+    /// if absent: one round trip, no payload.
+    pub async fn value_size(&self, key: &[u8]) -> Result<Option<u64>> {
+        let reply = self
+            .call_key(key, Access::Read, &[b"STRATA.META", key], Idempotent::Yes)
+            .await?;
+        let fields = match reply {
+            BytesFrame::Null => return Ok(None),
+            BytesFrame::Array(fields) => fields,
+            other => return Err(unexpected("a STRATA.META map", &other)),
+        };
+        for pair in fields.chunks_exact(2) {
+            if let [BytesFrame::BulkString(name) | BytesFrame::SimpleString(name), size] = pair {
+                if &name[..] == b"size" {
+                    let size = expect_int(size.clone())?;
+                    return u64::try_from(size)
+                        .map(Some)
+                        .map_err(|_| Error::Protocol(format!("negative size {size}")));
+                }
+            }
+        }
+        Err(Error::Protocol("STRATA.META reply without size".into()))
+    }
+
     /// `INFO section` of the first node that answers, as text.
     pub async fn info(&self, section: &str) -> Result<String> {
         let reply = self

@@ -55,3 +55,14 @@ async fn concurrent_tasks_share_one_client() {
         t.await.expect("task");
     }
 }
+
+#[tokio::test]
+async fn value_size_reports_length_or_absence() {
+    let node = Node::start(&[]);
+    let c = node.client().await;
+    assert_eq!(c.value_size(b"missing").await.expect("size"), None);
+    for len in [0usize, 7, 1 << 20] {
+        c.set(b"k", &pattern(b"k", len)).await.expect("set");
+        assert_eq!(c.value_size(b"k").await.expect("size"), Some(len as u64));
+    }
+}

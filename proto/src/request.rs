@@ -325,6 +325,27 @@ pub enum DiscardStep {
 }
 
 impl Discard {
+    /// Refuses the whole array request at the start of `buf` once its
+    /// header has arrived (a request refused while it was still arriving).
+    /// Returns the header's length, to drop now, and the discard that
+    /// skips the rest. `None` when `buf` does not start with a complete
+    /// array header.
+    pub fn request(buf: &[u8]) -> Option<(usize, Discard)> {
+        if buf.first() != Some(&b'*') {
+            return None;
+        }
+        match header(buf) {
+            Some(Ok((count, hlen))) if count > 0 => Some((
+                hlen,
+                Discard {
+                    bulk_left: 0,
+                    elems_left: count as u64,
+                },
+            )),
+            _ => None,
+        }
+    }
+
     /// Consumes as much of `buf` as belongs to the refused request.
     pub fn advance(&mut self, buf: &[u8]) -> Result<DiscardStep, ProtocolError> {
         let mut pos = 0usize;
@@ -370,6 +391,32 @@ mod tests {
             max_args: 8,
             max_inline_len: 64,
         }
+    }
+
+    #[test]
+    fn a_request_refused_midway_is_skipped_whole() {
+        let req = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*1\r\n$4\r\nPING\r\n";
+        // Only part of it has arrived when it is refused.
+        let (hlen, mut d) = Discard::request(&req[..20]).expect("array header");
+        assert_eq!(hlen, 4);
+        let mut pos = hlen;
+        let mut end = 20;
+        loop {
+            match d.advance(&req[pos..end]).expect("valid") {
+                DiscardStep::More { consumed } => {
+                    pos += consumed;
+                    end = req.len();
+                }
+                DiscardStep::Done { consumed } => {
+                    pos += consumed;
+                    break;
+                }
+            }
+        }
+        assert_eq!(&req[pos..], b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(Discard::request(b"PING\r\n"), None);
+        assert_eq!(Discard::request(b"*2\r"), None);
+        assert_eq!(Discard::request(b"*0\r\n"), None);
     }
 
     #[test]

@@ -50,6 +50,10 @@ const KEYS: &[(&str, &str)] = &[
     ),
     ("max_connections", "most concurrent client connections"),
     (
+        "max_buffered_requests_size",
+        "bytes of partly received large requests all connections may buffer together",
+    ),
+    (
         "eviction_policy",
         "which values go first when memory is short",
     ),
@@ -64,6 +68,24 @@ const KEYS: &[(&str, &str)] = &[
     (
         "metadata_server",
         "cluster membership service (empty = standalone)",
+    ),
+    (
+        "ssd_path",
+        "directory of the NVMe tier's block files (empty = a temporary directory, removed at exit)",
+    ),
+    ("ssd_pool_size", "bytes of NVMe tier under DRAM (0 = none)"),
+    (
+        "ssd_max_value_size",
+        "largest value kept on NVMe (sets the block size)",
+    ),
+    ("ssd_engine", "NVMe I/O engine: psync or io_uring"),
+    (
+        "ssd_direct_io",
+        "open the block files with O_DIRECT (bypass the page cache)",
+    ),
+    (
+        "ssd_spill_queue_size",
+        "bytes of evicted values waiting to be written to NVMe",
     ),
     ("protocol", "data plane for payloads: tcp or rdma"),
     (
@@ -110,6 +132,8 @@ pub struct Cli {
     max_request_size: Option<String>,
     #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
     max_connections: Option<String>,
+    #[arg(long, env = "STRATA_MAX_BUFFERED_REQUESTS_SIZE")]
+    max_buffered_requests_size: Option<String>,
     #[arg(long, env = "STRATA_EVICTION_POLICY")]
     eviction_policy: Option<String>,
     #[arg(long, env = "STRATA_EVICTION_HIGH_WATERMARK")]
@@ -130,6 +154,18 @@ pub struct Cli {
     replica_num: Option<String>,
     #[arg(long, env = "STRATA_NODE_TTL_S")]
     node_ttl_s: Option<String>,
+    #[arg(long, env = "STRATA_SSD_PATH")]
+    ssd_path: Option<String>,
+    #[arg(long, env = "STRATA_SSD_POOL_SIZE")]
+    ssd_pool_size: Option<String>,
+    #[arg(long, env = "STRATA_SSD_MAX_VALUE_SIZE")]
+    ssd_max_value_size: Option<String>,
+    #[arg(long, env = "STRATA_SSD_ENGINE")]
+    ssd_engine: Option<String>,
+    #[arg(long, env = "STRATA_SSD_DIRECT_IO")]
+    ssd_direct_io: Option<String>,
+    #[arg(long, env = "STRATA_SSD_SPILL_QUEUE_SIZE")]
+    ssd_spill_queue_size: Option<String>,
     #[arg(long, env = "STRATA_PROTOCOL")]
     protocol: Option<String>,
     #[arg(long, env = "STRATA_DEVICE_NAME")]
@@ -153,6 +189,10 @@ impl Cli {
             ("max_value_size", self.max_value_size.as_ref()),
             ("max_request_size", self.max_request_size.as_ref()),
             ("max_connections", self.max_connections.as_ref()),
+            (
+                "max_buffered_requests_size",
+                self.max_buffered_requests_size.as_ref(),
+            ),
             ("eviction_policy", self.eviction_policy.as_ref()),
             (
                 "eviction_high_watermark",
@@ -166,6 +206,12 @@ impl Cli {
             ("host_name", self.host_name.as_ref()),
             ("replica_num", self.replica_num.as_ref()),
             ("node_ttl_s", self.node_ttl_s.as_ref()),
+            ("ssd_path", self.ssd_path.as_ref()),
+            ("ssd_pool_size", self.ssd_pool_size.as_ref()),
+            ("ssd_max_value_size", self.ssd_max_value_size.as_ref()),
+            ("ssd_engine", self.ssd_engine.as_ref()),
+            ("ssd_direct_io", self.ssd_direct_io.as_ref()),
+            ("ssd_spill_queue_size", self.ssd_spill_queue_size.as_ref()),
             ("protocol", self.protocol.as_ref()),
             ("device_name", self.device_name.as_ref()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
@@ -187,6 +233,9 @@ pub struct Config {
     pub max_value_size: u64,
     pub max_request_size: u64,
     pub max_connections: u32,
+    /// Node-wide bound on request bytes buffered beyond each connection's
+    /// first MiB.
+    pub max_buffered_requests_size: u64,
     pub eviction_policy: String,
     pub eviction_high_watermark: f64,
     #[serde(serialize_with = "redact")]
@@ -199,6 +248,14 @@ pub struct Config {
     pub host_name: String,
     pub replica_num: u32,
     pub node_ttl_s: u32,
+    /// Empty: a temporary directory (nothing survives a restart).
+    pub ssd_path: String,
+    /// 0: no NVMe tier.
+    pub ssd_pool_size: u64,
+    pub ssd_max_value_size: u64,
+    pub ssd_engine: String,
+    pub ssd_direct_io: bool,
+    pub ssd_spill_queue_size: u64,
     pub protocol: String,
     /// RDMA device (`rxe0`, `mlx5_0`); empty auto-detects.
     pub device_name: String,
@@ -226,6 +283,14 @@ const MAX_POOL: u64 = 64 * TIB;
 const DEFAULT_MAX_VALUE: u64 = 512 * MIB;
 /// Redis' client-query-buffer-limit default.
 const DEFAULT_MAX_REQUEST: u64 = GIB;
+/// The NVMe tier a node gets without configuration: small enough for any
+/// developer machine's temp directory.
+const DEFAULT_SSD_POOL: u64 = 2 * GIB;
+/// KV-cache blocks are KiBs to a few MiBs. foyer keeps two blocks (each the
+/// size of the largest value) in DRAM as write buffers, so this is kept
+/// well below `max_value_size`.
+const DEFAULT_SSD_MAX_VALUE: u64 = 16 * MIB;
+const DEFAULT_SPILL_QUEUE: u64 = 256 * MIB;
 /// A reader needs at least a round trip and a transfer.
 const MIN_LEASE_MS: u64 = 100;
 /// A lease pins memory; ten minutes is far beyond any transfer.
@@ -248,6 +313,7 @@ impl Default for Config {
             max_value_size: DEFAULT_MAX_VALUE,
             max_request_size: DEFAULT_MAX_REQUEST,
             max_connections: 1024,
+            max_buffered_requests_size: 2 * GIB,
             eviction_policy: "lru".into(),
             eviction_high_watermark: 0.95,
             requirepass: None,
@@ -258,6 +324,12 @@ impl Default for Config {
             host_name: String::new(),
             replica_num: 1,
             node_ttl_s: 5,
+            ssd_path: String::new(),
+            ssd_pool_size: DEFAULT_SSD_POOL,
+            ssd_max_value_size: DEFAULT_SSD_MAX_VALUE,
+            ssd_engine: "psync".into(),
+            ssd_direct_io: true,
+            ssd_spill_queue_size: DEFAULT_SPILL_QUEUE,
             protocol: "tcp".into(),
             device_name: String::new(),
             rdma_fallback_tcp: false,
@@ -343,11 +415,33 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
             show_size(cfg.max_request_size)
         ));
     }
+    if cfg.max_buffered_requests_size < cfg.max_request_size {
+        errors.push(format!(
+            "max_buffered_requests_size: {} is smaller than max_request_size {} (a request of the largest allowed size could never be buffered)",
+            show_size(cfg.max_buffered_requests_size),
+            show_size(cfg.max_request_size)
+        ));
+    }
     if cfg.data_port != 0 && (cfg.data_port == cfg.port || cfg.data_port == cfg.metrics_port) {
         errors.push(format!(
             "data_port: {} is already used by port or metrics_port; use another port or 0",
             cfg.data_port
         ));
+    }
+    if cfg.ssd_pool_size != 0 {
+        let need = strata_tiering::nvme::MIN_BLOCKS
+            * strata_tiering::nvme::block_bytes(
+                cfg.ssd_max_value_size + strata_tiering::spill::HEADER_BYTES,
+            );
+        if cfg.ssd_pool_size < need {
+            errors.push(format!(
+                "ssd_pool_size: {} is below {} ({} blocks sized for ssd_max_value_size {}); raise it, lower ssd_max_value_size, or use 0 for no NVMe tier",
+                show_size(cfg.ssd_pool_size),
+                show_size(need),
+                strata_tiering::nvme::MIN_BLOCKS,
+                show_size(cfg.ssd_max_value_size)
+            ));
+        }
     }
     if cfg.metrics_port != 0 && cfg.metrics_port == cfg.port {
         errors.push(format!(
@@ -449,6 +543,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "max_value_size" => cfg.max_value_size = size_in(v, 1, 4 * GIB)?,
         "max_request_size" => cfg.max_request_size = size_in(v, KIB, 16 * GIB)?,
         "max_connections" => cfg.max_connections = int_in(v, 1, MAX_CONNECTIONS_LIMIT)? as u32,
+        "max_buffered_requests_size" => cfg.max_buffered_requests_size = size_in(v, MIB, 4 * TIB)?,
         "eviction_policy" => {
             if v != "lru" {
                 return Err(format!("{v:?} is not a policy (allowed: lru)"));
@@ -493,12 +588,44 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         }
         "device_name" => cfg.device_name = name(v, true)?,
         "rdma_fallback_tcp" => {
-            cfg.rdma_fallback_tcp = match v {
+            cfg.rdma_fallback_tcp = match v.trim() {
                 "true" | "1" | "yes" => true,
                 "false" | "0" | "no" => false,
                 _ => return Err(format!("{v:?} is not a boolean (true or false)")),
             }
         }
+        "ssd_path" => {
+            if v.contains('\0') {
+                return Err("contains a NUL byte".into());
+            }
+            cfg.ssd_path = v.into();
+        }
+        "ssd_pool_size" => {
+            let n = parse_size(v).ok_or_else(|| format!("{v:?} is not a size"))?;
+            if n != 0 {
+                size_in(v, MIN_POOL, MAX_POOL)?;
+            }
+            cfg.ssd_pool_size = n;
+        }
+        "ssd_max_value_size" => {
+            let limit =
+                strata_tiering::nvme::MAX_VALUE_BYTES_LIMIT - strata_tiering::spill::HEADER_BYTES;
+            cfg.ssd_max_value_size = size_in(v, KIB, limit)?
+        }
+        "ssd_engine" => {
+            if v != "psync" && v != "io_uring" {
+                return Err(format!("{v:?} is not an engine (allowed: psync, io_uring)"));
+            }
+            cfg.ssd_engine = v.into();
+        }
+        "ssd_direct_io" => {
+            cfg.ssd_direct_io = match v.trim() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => return Err(format!("{v:?} is not a boolean (true or false)")),
+            }
+        }
+        "ssd_spill_queue_size" => cfg.ssd_spill_queue_size = size_in(v, MIB, 64 * GIB)?,
         "log_level" => {
             tracing_subscriber::EnvFilter::try_new(v)
                 .map_err(|e| format!("{v:?} is not a log filter: {e}"))?;
@@ -532,6 +659,10 @@ impl Config {
             ("max_request_size", self.max_request_size.to_string()),
             ("max_connections", self.max_connections.to_string()),
             ("maxclients", self.max_connections.to_string()),
+            (
+                "max_buffered_requests_size",
+                self.max_buffered_requests_size.to_string(),
+            ),
             ("eviction_policy", self.eviction_policy.clone()),
             ("maxmemory-policy", "allkeys-lru".into()),
             (
@@ -545,6 +676,15 @@ impl Config {
             ("host_name", self.host_name.clone()),
             ("replica_num", self.replica_num.to_string()),
             ("node_ttl_s", self.node_ttl_s.to_string()),
+            ("ssd_path", self.ssd_path.clone()),
+            ("ssd_pool_size", self.ssd_pool_size.to_string()),
+            ("ssd_max_value_size", self.ssd_max_value_size.to_string()),
+            ("ssd_engine", self.ssd_engine.clone()),
+            ("ssd_direct_io", self.ssd_direct_io.to_string()),
+            (
+                "ssd_spill_queue_size",
+                self.ssd_spill_queue_size.to_string(),
+            ),
             ("protocol", self.protocol.clone()),
             ("device_name", self.device_name.clone()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),

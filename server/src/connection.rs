@@ -40,6 +40,13 @@ const READ_BUF_BYTES: usize = 16 * 1024;
 /// A read buffer grown for a huge request is given back once it is idle
 /// and larger than this.
 const READ_BUF_KEEP_BYTES: usize = 1024 * 1024;
+/// Each connection may buffer this much of a request without asking the
+/// node-wide budget (`max_buffered_requests_size`): small requests never
+/// wait, and this many bytes × `max_connections` is the unbudgeted rest.
+const FREE_REQUEST_BYTES: usize = 1024 * 1024;
+/// How long a large request waits for room in the node-wide budget before
+/// it is refused with `-BUSY` (and skipped as it streams in).
+const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Per-connection state that commands may read or change.
 #[derive(Debug)]
@@ -81,6 +88,9 @@ struct Conn<'a> {
     queued: Vec<Segment>,
     queued_bytes: usize,
     discard: Option<Discard>,
+    /// KiB of the node-wide request budget this connection holds for the
+    /// request it is receiving.
+    budget: Option<tokio::sync::OwnedSemaphorePermit>,
     session: Session,
 }
 
@@ -104,6 +114,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         queued: Vec::new(),
         queued_bytes: 0,
         discard: None,
+        budget: None,
         session,
     };
     let result = conn.run().await;
@@ -132,13 +143,25 @@ impl Conn<'_> {
                     Step::Request(args) => {
                         let mut out =
                             cmd::execute(self.node, &mut self.session, &args, now_ms(), false);
-                        if let Out::Rerun(handoff) = out {
-                            // The keys were being moved here: they have been
-                            // fetched from their previous holders; run again.
-                            handoff.await;
-                            out = cmd::execute(self.node, &mut self.session, &args, now_ms(), true);
+                        if let Out::Rerun(before) = out {
+                            // Missing keys were fetched (from NVMe or from
+                            // their previous holders), or a writer waited
+                            // for room: run again, or report why not.
+                            out = match before.await {
+                                Ok(()) => cmd::execute(
+                                    self.node,
+                                    &mut self.session,
+                                    &args,
+                                    now_ms(),
+                                    true,
+                                ),
+                                Err(e) => e.into(),
+                            };
                         }
                         drop(args);
+                        if self.rbuf.len() <= FREE_REQUEST_BYTES {
+                            self.budget = None;
+                        }
                         self.emit(out).await?;
                         if self.session.quit {
                             return self.flush().await;
@@ -153,6 +176,9 @@ impl Conn<'_> {
             if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {
                 self.rbuf = BytesMut::with_capacity(READ_BUF_BYTES);
             }
+            if self.discard.is_none() && !self.reserve_budget(need).await {
+                continue;
+            }
             if need > self.rbuf.len() {
                 self.rbuf.reserve(need - self.rbuf.len());
             }
@@ -165,6 +191,54 @@ impl Conn<'_> {
                 .counters
                 .net_input_bytes_total
                 .fetch_add(n as u64, Relaxed);
+        }
+    }
+
+    /// Before buffering up to `need` bytes of one request: the part beyond
+    /// [`FREE_REQUEST_BYTES`] must fit the node-wide budget, so that many
+    /// clients sending huge values at once cannot exhaust memory. Waits up
+    /// to [`BUDGET_WAIT`]; then refuses the request with `-BUSY`, skips it
+    /// as it streams in, and returns `false`.
+    async fn reserve_budget(&mut self, need: usize) -> bool {
+        let want_kib = need.saturating_sub(FREE_REQUEST_BYTES).div_ceil(1024);
+        let held_kib = self.budget.as_ref().map_or(0, |p| p.num_permits());
+        if want_kib <= held_kib {
+            return true;
+        }
+        let more = (want_kib - held_kib).min(u32::MAX as usize) as u32;
+        let wait = self.node.request_budget.clone().acquire_many_owned(more);
+        match tokio::time::timeout(BUDGET_WAIT, wait).await {
+            Ok(Ok(p)) => {
+                match &mut self.budget {
+                    Some(held) => held.merge(p),
+                    None => self.budget = Some(p),
+                }
+                true
+            }
+            _ => {
+                self.budget = None;
+                self.node
+                    .metrics
+                    .counters
+                    .buffer_busy_total
+                    .fetch_add(1, Relaxed);
+                let err = CommandError::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "the node is buffering too many large requests (max_buffered_requests_size {} bytes); retry",
+                        self.node.cfg.max_buffered_requests_size
+                    ),
+                );
+                // Only an array whose header has arrived can need more
+                // than the free bytes (inline lines are bounded far below).
+                let Some((hlen, d)) = Discard::request(&self.rbuf) else {
+                    return true;
+                };
+                Reply::Error(err).encode(self.session.resp, &mut self.wbuf);
+                self.rbuf.advance(hlen);
+                self.discard = Some(d);
+                false
+            }
         }
     }
 

@@ -8,9 +8,17 @@
 //! live lease, and lies within that value, is served. Once the lease is
 //! released or expires, the descriptor is `STALE` — a late reader can never
 //! get bytes of whatever reused that memory.
+//!
+//! The epoch in a leased descriptor is not the value's store epoch but a
+//! read token: 64 bits from a keyed PRF (SipHash with keys from the OS), one
+//! per leased value. Reading the arena thus needs a descriptor that this
+//! node handed to a session that may run `GET` (authenticated, with
+//! `requirepass`); guessing one (rkey, address and token) is hopeless, and
+//! every token dies with its last lease.
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -36,14 +44,20 @@ struct Pinned {
     leases: u32,
     /// Latest expiry among the leases holding this epoch.
     expires_ms: u64,
+    /// What readers must name instead of the epoch.
+    token: u64,
 }
 
 #[derive(Default)]
 struct Table {
     next_id: u64,
     by_id: HashMap<u64, Lease>,
+    /// Store epoch → the pinned value.
     by_epoch: HashMap<u64, Pinned>,
+    /// Read token → store epoch.
+    by_token: HashMap<u64, u64>,
     expiry: BTreeSet<(u64, u64)>,
+    tokens_minted: u64,
 }
 
 impl Table {
@@ -54,7 +68,9 @@ impl Table {
             if let Some(p) = self.by_epoch.get_mut(&v.epoch()) {
                 p.leases -= 1;
                 if p.leases == 0 {
+                    let token = p.token;
                     self.by_epoch.remove(&v.epoch());
+                    self.by_token.remove(&token);
                 }
             }
         }
@@ -66,6 +82,8 @@ impl Table {
 #[derive(Default)]
 pub struct Leases {
     table: Mutex<Table>,
+    /// Keys of the token PRF, drawn from the OS once per node.
+    keys: RandomState,
 }
 
 impl std::fmt::Debug for Leases {
@@ -75,24 +93,52 @@ impl std::fmt::Debug for Leases {
 }
 
 impl Leases {
-    /// Pins `values` until `expires_ms` or release; returns the lease id
-    /// (never 0, which the protocol uses for "no lease").
-    pub fn grant(&self, values: Vec<Value>, expires_ms: u64) -> u64 {
+    /// Pins `values` until `expires_ms` or release. Returns the lease id
+    /// (never 0, which the protocol uses for "no lease") and, per value,
+    /// the read token its descriptor must carry.
+    pub fn grant(&self, values: Vec<Value>, expires_ms: u64) -> (u64, Vec<u64>) {
         let mut t = self.table.lock();
         t.next_id += 1;
         let id = t.next_id;
+        let mut tokens = Vec::with_capacity(values.len());
         for v in &values {
-            let p = t.by_epoch.entry(v.epoch()).or_insert_with(|| Pinned {
-                value: v.clone(),
-                leases: 0,
-                expires_ms,
-            });
+            let token = match t.by_epoch.get(&v.epoch()) {
+                Some(p) => p.token,
+                None => {
+                    let token = self.mint(&mut t);
+                    t.by_token.insert(token, v.epoch());
+                    t.by_epoch.insert(
+                        v.epoch(),
+                        Pinned {
+                            value: v.clone(),
+                            leases: 0,
+                            expires_ms,
+                            token,
+                        },
+                    );
+                    token
+                }
+            };
+            let p = t.by_epoch.get_mut(&v.epoch()).expect("inserted above");
             p.leases += 1;
             p.expires_ms = p.expires_ms.max(expires_ms);
+            tokens.push(token);
         }
         t.expiry.insert((expires_ms, id));
         t.by_id.insert(id, Lease { values, expires_ms });
-        id
+        (id, tokens)
+    }
+
+    /// A fresh token: SipHash (keyed from the OS) of a counter, never one
+    /// in use.
+    fn mint(&self, t: &mut Table) -> u64 {
+        loop {
+            t.tokens_minted += 1;
+            let token = self.keys.hash_one(t.tokens_minted);
+            if !t.by_token.contains_key(&token) {
+                return token;
+            }
+        }
     }
 
     /// Ends a lease; returns whether it was live.
@@ -134,10 +180,11 @@ pub struct LeaseGuard(pub std::sync::Arc<Leases>);
 
 impl ReadGuard for LeaseGuard {
     fn pin(&self, addr: u64, len: u64, epoch: Option<u64>) -> Result<Box<dyn Any + Send>, Refusal> {
-        // Arena reads must name the value they expect.
-        let epoch = epoch.ok_or(Refusal::Stale)?;
+        // Arena reads must name the read token of a leased value.
+        let token = epoch.ok_or(Refusal::Stale)?;
         let t = self.0.table.lock();
-        let p = t.by_epoch.get(&epoch).ok_or(Refusal::Stale)?;
+        let epoch = t.by_token.get(&token).ok_or(Refusal::Stale)?;
+        let p = t.by_epoch.get(epoch).ok_or(Refusal::Stale)?;
         if p.expires_ms <= now_ms() {
             return Err(Refusal::Stale);
         }

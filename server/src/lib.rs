@@ -16,6 +16,7 @@ pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod node;
+pub mod tiers;
 
 use std::sync::Arc;
 
@@ -23,6 +24,9 @@ use anyhow::Context;
 use strata_rdma::Transport;
 
 pub use node::Node;
+
+/// How long a stopping node waits for queued evictions to reach NVMe.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Runs a node until SIGINT or SIGTERM.
 pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
@@ -59,6 +63,9 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     };
     if !node.cfg.standalone() {
         cluster::membership::leave(&node).await;
+    }
+    if let Some(spill) = &node.spill {
+        tiers::shut_down(&node, spill, SHUTDOWN_DRAIN).await;
     }
     result
 }

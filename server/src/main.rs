@@ -21,7 +21,9 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::SUCCESS;
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_level))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
+            &cfg.log_level,
+        )))
         .with_writer(std::io::stderr)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -42,5 +44,15 @@ fn main() -> std::process::ExitCode {
             eprintln!("strata-server: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// foyer logs every recovery step at INFO; its warnings and errors are
+/// what an operator needs, unless the filter names foyer itself.
+fn log_filter(level: &str) -> String {
+    if level.contains("foyer") {
+        level.to_string()
+    } else {
+        format!("{level},foyer_storage=warn,foyer_memory=warn,foyer=warn")
     }
 }

@@ -46,6 +46,9 @@ pub struct Counters {
     pub connections_total: AtomicU64,
     pub rejected_connections_total: AtomicU64,
     pub protocol_errors_total: AtomicU64,
+    /// Requests refused with BUSY because the node-wide request buffer
+    /// budget stayed exhausted.
+    pub buffer_busy_total: AtomicU64,
     pub too_large_total: AtomicU64,
     pub net_input_bytes_total: AtomicU64,
     pub net_output_bytes_total: AtomicU64,
@@ -63,6 +66,8 @@ struct Exported {
     rejected_connections_total: Counter,
     protocol_errors_total: Counter,
     too_large_total: Counter,
+    buffer_busy_total: Counter,
+    request_buffer_bytes: Gauge,
     net_input_bytes_total: Counter,
     net_output_bytes_total: Counter,
     keys: Gauge,
@@ -87,6 +92,24 @@ struct Exported {
     repair_shed_total: Counter,
     data_reads_served_total: Counter,
     data_reads_refused_total: Counter,
+    nvme: NvmeExported,
+}
+
+/// The NVMe tier's figures (zeros when it is off).
+struct NvmeExported {
+    capacity_bytes: Gauge,
+    used_bytes: Gauge,
+    entries: Gauge,
+    evicted_blocks_total: Counter,
+    spill_queue_bytes: Gauge,
+    spilled_total: Counter,
+    spilled_bytes_total: Counter,
+    spill_dropped_total: Counter,
+    spill_kept_total: Counter,
+    promoted_total: Counter,
+    promoted_bytes_total: Counter,
+    write_errors_total: Counter,
+    read_errors_total: Counter,
 }
 
 pub struct Metrics {
@@ -144,6 +167,83 @@ impl Metrics {
                 &Key::from_parts(name, vec![Label::new("tier", "dram")]),
                 &META,
             )
+        };
+        let nvme = |name: &'static str, unit: Unit, help: &'static str| {
+            r.describe_gauge(name.into(), Some(unit), help.into());
+            r.register_gauge(
+                &Key::from_parts(name, vec![Label::new("tier", "nvme")]),
+                &META,
+            )
+        };
+        let nvme_errors = |op: &'static str| {
+            r.register_counter(
+                &Key::from_parts("strata_nvme_errors_total", vec![Label::new("op", op)]),
+                &META,
+            )
+        };
+        r.describe_counter(
+            "strata_nvme_errors_total".into(),
+            Some(Unit::Count),
+            "NVMe tier operations that failed (I/O or checksum), by op.".into(),
+        );
+        let nvme_exported = NvmeExported {
+            capacity_bytes: nvme(
+                "strata_tier_capacity_bytes",
+                Unit::Bytes,
+                "Capacity of a tier.",
+            ),
+            used_bytes: nvme(
+                "strata_tier_used_bytes",
+                Unit::Bytes,
+                "Bytes of a tier allocated to values (size-class rounded).",
+            ),
+            entries: gauge(
+                "strata_nvme_entries",
+                Unit::Count,
+                "Values written to the NVMe tier by this process and not removed (recovered ones are not counted).",
+            ),
+            evicted_blocks_total: counter(
+                "strata_nvme_evicted_blocks_total",
+                Unit::Count,
+                "NVMe blocks reclaimed when the tier was full; each dropped every value in it.",
+            ),
+            spill_queue_bytes: gauge(
+                "strata_spill_queue_bytes",
+                Unit::Bytes,
+                "Bytes of evicted values waiting to be written to NVMe.",
+            ),
+            spilled_total: counter(
+                "strata_spilled_total",
+                Unit::Count,
+                "Values evicted from DRAM and written to NVMe.",
+            ),
+            spilled_bytes_total: counter(
+                "strata_spilled_bytes_total",
+                Unit::Bytes,
+                "Bytes written to NVMe by spills (with 32-byte headers).",
+            ),
+            spill_dropped_total: counter(
+                "strata_spill_dropped_total",
+                Unit::Count,
+                "Evicted values not kept on NVMe (queue full, or above ssd_max_value_size).",
+            ),
+            spill_kept_total: counter(
+                "strata_spill_kept_total",
+                Unit::Count,
+                "Evictions of values read back from NVMe and unchanged: their NVMe copy served, nothing was written.",
+            ),
+            promoted_total: counter(
+                "strata_promoted_total",
+                Unit::Count,
+                "Values read from NVMe back into DRAM.",
+            ),
+            promoted_bytes_total: counter(
+                "strata_promoted_bytes_total",
+                Unit::Bytes,
+                "Bytes read from NVMe back into DRAM.",
+            ),
+            write_errors_total: nvme_errors("write"),
+            read_errors_total: nvme_errors("read"),
         };
         r.describe_counter(
             "strata_commands_total".into(),
@@ -208,6 +308,16 @@ impl Metrics {
                 "strata_too_large_total",
                 Unit::Count,
                 "Requests refused for exceeding max_value_size or max_request_size.",
+            ),
+            buffer_busy_total: counter(
+                "strata_request_buffer_busy_total",
+                Unit::Count,
+                "Requests refused with BUSY: max_buffered_requests_size stayed in use too long.",
+            ),
+            request_buffer_bytes: gauge(
+                "strata_request_buffer_bytes",
+                Unit::Bytes,
+                "Bytes of large partly received requests counted against max_buffered_requests_size.",
             ),
             net_input_bytes_total: counter(
                 "strata_net_input_bytes_total",
@@ -321,6 +431,7 @@ impl Metrics {
                 Unit::Count,
                 "Data-plane reads refused (bad rkey, range, stale epoch).",
             ),
+            nvme: nvme_exported,
         };
         Metrics {
             recorder,
@@ -351,6 +462,10 @@ impl Metrics {
         e.protocol_errors_total
             .absolute(c.protocol_errors_total.load(Relaxed));
         e.too_large_total.absolute(c.too_large_total.load(Relaxed));
+        e.buffer_busy_total
+            .absolute(c.buffer_busy_total.load(Relaxed));
+        e.request_buffer_bytes
+            .set(node.request_buffer_bytes() as f64);
         e.net_input_bytes_total
             .absolute(c.net_input_bytes_total.load(Relaxed));
         e.net_output_bytes_total
@@ -386,6 +501,23 @@ impl Metrics {
             .absolute(ts.reads_served.load(Relaxed));
         e.data_reads_refused_total
             .absolute(ts.reads_refused.load(Relaxed));
+        if let Some(spill) = &node.spill {
+            let n = spill.stats();
+            let x = &e.nvme;
+            x.capacity_bytes.set(n.nvme.capacity_bytes as f64);
+            x.used_bytes.set(n.nvme.used_bytes as f64);
+            x.entries.set(n.nvme.entries as f64);
+            x.evicted_blocks_total.absolute(n.nvme.evicted_blocks);
+            x.spill_queue_bytes.set(n.queued_bytes as f64);
+            x.spilled_total.absolute(n.spilled);
+            x.spilled_bytes_total.absolute(n.spilled_bytes);
+            x.spill_dropped_total.absolute(n.dropped + n.too_large);
+            x.spill_kept_total.absolute(n.kept);
+            x.promoted_total.absolute(n.promoted);
+            x.promoted_bytes_total.absolute(n.promoted_bytes);
+            x.write_errors_total.absolute(n.write_errors);
+            x.read_errors_total.absolute(n.read_errors);
+        }
         for cmd in &self.commands {
             cmd.calls_out.absolute(cmd.calls.load(Relaxed));
             cmd.errors_out.absolute(cmd.errors.load(Relaxed));

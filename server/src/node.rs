@@ -38,6 +38,10 @@ pub struct Node {
     /// `store` so it is deregistered before the arena is unmapped.
     pub arena_region: Region,
     pub store: Store,
+    /// The NVMe tier under `store`, if configured.
+    pub spill: Option<Arc<strata_tiering::spill::Spill>>,
+    /// Keeps the NVMe tier's directory (a temporary one is removed on drop).
+    pub lower: Option<crate::tiers::Lower>,
     /// The data plane (TCP or RDMA, from `protocol`): serves reads of the
     /// arena, pulls PUT payloads.
     pub transport: Arc<DataPlane>,
@@ -57,6 +61,9 @@ pub struct Node {
     pub limits: Limits,
     /// One permit per allowed client connection.
     pub conn_slots: Arc<Semaphore>,
+    /// Request bytes buffered beyond each connection's first MiB, in KiB
+    /// permits (`max_buffered_requests_size`).
+    pub request_budget: Arc<Semaphore>,
     pub started: Instant,
     next_client_id: AtomicU64,
 }
@@ -79,6 +86,7 @@ impl Node {
             // repair or hand-off racing them to have finished.
             tombstone_ms: if cfg.standalone() { 0 } else { TOMBSTONE_MS },
         })?;
+        let lower = crate::tiers::open(&cfg, &store).await?;
         let limits = Limits {
             max_bulk_len: cfg.effective_max_value(),
             max_request_len: cfg.max_request_size,
@@ -124,16 +132,27 @@ impl Node {
             repaired_ring: parking_lot::Mutex::new(Arc::new(strata_ring::Ring::new(Vec::new()))),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
+            request_budget: Arc::new(Semaphore::new(
+                (cfg.max_buffered_requests_size / 1024) as usize,
+            )),
             metrics: Metrics::new(),
             limits,
             arena_region,
             store,
+            spill: lower.as_ref().map(|l| l.spill.clone()),
+            lower,
             transport,
             leases,
             cfg,
             started: Instant::now(),
             next_client_id: AtomicU64::new(1),
         })
+    }
+
+    /// Bytes of requests counted against `max_buffered_requests_size`.
+    pub fn request_buffer_bytes(&self) -> u64 {
+        let free = self.request_budget.available_permits() as u64 * 1024;
+        (self.cfg.max_buffered_requests_size / 1024 * 1024).saturating_sub(free)
     }
 
     /// Offset of an arena address within the registered region.

@@ -36,6 +36,8 @@ impl Node {
     fn start(extra: &[&str]) -> Node {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_strata-server"))
+            // No NVMe tier: these nodes are killed with SIGKILL.
+            .env("STRATA_SSD_POOL_SIZE", "0")
             .args([
                 "--port",
                 &port.to_string(),
@@ -415,6 +417,19 @@ fn bad_descriptors_store_nothing() {
             t.read(&other, &dst.region, 0).await,
             Err(TransferError::Stale)
         ));
+        // The descriptor carries a random read token, not the store's
+        // sequential epoch: guessing small epochs reads nothing.
+        assert!(sdesc.epoch.unwrap() > 1 << 20, "{sdesc:?}");
+        for guess in 0..64 {
+            let guessed = Descriptor {
+                epoch: Some(guess),
+                ..sdesc.clone()
+            };
+            assert!(matches!(
+                t.read(&guessed, &dst.region, 0).await,
+                Err(TransferError::Stale)
+            ));
+        }
     });
 }
 

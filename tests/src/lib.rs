@@ -63,7 +63,9 @@ pub fn free_port() -> u16 {
 }
 
 /// A `Command` for the server binary with no `STRATA_*` settings inherited
-/// from the environment the tests run in.
+/// from the environment the tests run in, and no NVMe tier: tests kill
+/// nodes with SIGKILL, and each default tier preallocates 2 GiB. Tests of
+/// the tier pass `--ssd-pool-size` (a flag wins over the environment).
 pub fn server_command() -> Command {
     let mut cmd = Command::new(server_bin());
     for (key, _) in std::env::vars_os() {
@@ -71,6 +73,7 @@ pub fn server_command() -> Command {
             cmd.env_remove(key);
         }
     }
+    cmd.env("STRATA_SSD_POOL_SIZE", "0");
     cmd
 }
 
@@ -363,6 +366,31 @@ impl Server {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits (up to `max`) for the node to stop gracefully;
+    /// returns its exit status. Panics if it is still running after `max`.
+    pub fn stop(&mut self, max: Duration) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        let deadline = within(max);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!(
+                    "strata-server did not stop within {max:?} of SIGTERM:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
     }
 
     /// Whether the process is still running (not exited, not a zombie).

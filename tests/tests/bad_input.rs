@@ -278,3 +278,45 @@ fn inline_commands() {
     assert_eq!(c.read_reply(), b":1\r\n");
     bystander.assert_unaffected(&mut server);
 }
+
+#[test]
+fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
+    // 8 MiB of budget beyond each connection's first MiB.
+    let mut server = Server::start(&[
+        "--max-request-size",
+        "8MiB",
+        "--max-value-size",
+        "8MiB",
+        "--max-buffered-requests-size",
+        "8MiB",
+    ]);
+    let bystander = Bystander::join(&server);
+    let value = vec![b'v'; 6 * MIB];
+    let first = encode(&[b"SET", b"slow", &value]);
+    // A slow writer sends 3 MiB of a 6 MiB value and stalls: it holds
+    // ~5 MiB of the budget for its value.
+    let mut slow = server.conn();
+    slow.send(&first[..3 * MIB]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(server.metric("strata_request_buffer_bytes") >= (4 * MIB) as f64);
+    // A second large request cannot get its ~5 MiB within the wait: BUSY,
+    // the rest of it is skipped, and the connection stays usable.
+    let mut other = server.conn();
+    other.set_read_timeout(std::time::Duration::from_secs(30));
+    let mut second = encode(&[b"SET", b"refused", &value]);
+    second.extend(encode(&[b"PING"]));
+    second.extend(encode(&[b"EXISTS", b"refused"]));
+    other.send(&second);
+    let busy = String::from_utf8_lossy(&other.read_reply()).into_owned();
+    assert!(busy.starts_with("-BUSY "), "{busy:?}");
+    assert_eq!(other.read_reply(), b"+PONG\r\n");
+    assert_eq!(other.read_reply(), b":0\r\n");
+    assert_eq!(server.info_field("request_buffer_busy"), 1);
+    // Small requests never wait on the budget.
+    bystander.assert_unaffected(&mut server);
+    // The slow writer finishes and is served; the budget comes back.
+    slow.send(&first[3 * MIB..]);
+    assert_eq!(slow.read_reply(), b"+OK\r\n");
+    assert_eq!(other.request(&[b"SET", b"after", &value]), b"+OK\r\n");
+    assert_eq!(server.metric("strata_request_buffer_bytes"), 0.0);
+}

@@ -3,17 +3,19 @@
 //! A tier holds value bytes and hands out plain memory (`addr`, `len`) that
 //! the server registers with the transport and serves in place. Today there
 //! is the DRAM tier: one pre-allocated arena per node with a size-class
-//! allocator inside it. The NVMe tier (`nvme`, on foyer) is a standalone
-//! module that the store will evict into; the GPU tier comes later.
+//! allocator inside it. The NVMe tier (`nvme`, on foyer) sits under it:
+//! `spill` moves evicted values down into it and promotes them back on a
+//! read; the GPU tier comes later.
 //!
 //! This crate must never see RESP and never import the transport (`rdma`):
 //! `server` is the only place where tiers and transports meet.
 
 pub mod dram;
 pub mod nvme;
+pub mod spill;
 pub mod store;
 
 pub use store::{
-    Condition, Expiry, Meta, Reservation, Store, StoreConfig, StoreError, StoreStats, Tier, Ttl,
-    Value,
+    Condition, Evicted, Expiry, LowerTier, Meta, Reservation, Store, StoreConfig, StoreError,
+    StoreStats, Tier, Ttl, Value,
 };

@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -57,7 +57,8 @@ pub enum StoreError {
     Arena { capacity: u64, reason: String },
 }
 
-/// Where a value lives. Only DRAM exists today; NVMe and GPU come later.
+/// Where a value lives. A value is served from DRAM only: one found in a
+/// lower tier is promoted into DRAM before it is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
     Dram,
@@ -69,6 +70,39 @@ impl Tier {
             Tier::Dram => "dram",
         }
     }
+}
+
+/// What a value carries when it leaves DRAM for a lower tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    pub version: u64,
+    pub expire_at_ms: Option<u64>,
+    pub created_ms: u64,
+    pub checksum: u32,
+    /// Promoted from the lower tier and unchanged since.
+    pub clean: bool,
+}
+
+/// The tier under DRAM (NVMe), as the store drives it.
+///
+/// The store keeps one invariant across tiers: a lower copy of a key is
+/// never older than its DRAM value, and never outlives a write or delete.
+/// So every DRAM write and delete of a key calls [`LowerTier::forget`] in
+/// the same critical section, and eviction hands the value down with
+/// [`LowerTier::evicted`]. A promoted value keeps its lower copy (same
+/// version): KV-cache blocks are written once and read many times, and
+/// evicting an unchanged value again then costs no write. Both are called with the
+/// index lock held (lock order: index → the lower tier's own locks): they
+/// must be quick, must not block on I/O and must never call back into the
+/// store.
+pub trait LowerTier: Send + Sync {
+    /// `value` is leaving DRAM; keep a copy if there is room.
+    fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted);
+    /// `key` was written or deleted in DRAM: drop any lower copy and make
+    /// any promotion of it in flight fail. Returns whether a copy was there.
+    fn forget(&self, key: &[u8]) -> bool;
+    /// Every key was deleted (`FLUSHALL`).
+    fn clear(&self, now_ms: u64);
 }
 
 /// Condition for a write (`SET NX` / `SET XX`).
@@ -147,6 +181,10 @@ struct Slot {
     created_ms: u64,
     epoch: u64,
     version: u64,
+    /// Read back from the lower tier and unchanged since: the lower tier
+    /// still holds these very bytes (unless it dropped them), so evicting
+    /// the value needs no new write.
+    clean: bool,
 }
 
 impl Drop for Slot {
@@ -404,6 +442,8 @@ pub struct Store {
     evictions: AtomicU64,
     evicted_bytes: AtomicU64,
     expired: AtomicU64,
+    /// The tier evictions go to, if any (attached once, after start).
+    lower: OnceLock<Arc<dyn LowerTier>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -434,7 +474,19 @@ impl Store {
             evictions: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            lower: OnceLock::new(),
         })
+    }
+
+    /// Sends evictions to `lower` from now on. Once per store; a second call
+    /// returns `false` and changes nothing.
+    pub fn attach_lower(&self, lower: Arc<dyn LowerTier>) -> bool {
+        self.lower.set(lower).is_ok()
+    }
+
+    /// See [`LowerTier::forget`]. Called with the index lock held.
+    fn forget_lower(&self, key: &[u8]) -> bool {
+        self.lower.get().is_some_and(|l| l.forget(key))
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -495,13 +547,61 @@ impl Store {
             };
             cursor = tick;
             if let Some(e) = index.remove(&key) {
-                self.evictions.fetch_add(1, Relaxed);
-                self.evicted_bytes.fetch_add(e.slot.len, Relaxed);
-                // Dropping the last reference frees the chunk; the index
-                // lock is held, which is the allowed order (index → alloc).
-                drop(e);
+                self.evicted(&key, e);
             }
         }
+    }
+
+    /// Counts an entry leaving DRAM and hands it to the lower tier.
+    /// Called with the index lock held.
+    fn evicted(&self, key: &Bytes, e: Entry) {
+        self.evictions.fetch_add(1, Relaxed);
+        self.evicted_bytes.fetch_add(e.slot.len, Relaxed);
+        if let Some(lower) = self.lower.get() {
+            let value = Value {
+                slot: e.slot.clone(),
+            };
+            let info = Evicted {
+                version: e.slot.version,
+                expire_at_ms: e.expire_at_ms,
+                created_ms: e.slot.created_ms,
+                checksum: e.slot.checksum,
+                clean: e.slot.clean,
+            };
+            lower.evicted(key, value.as_slice(), info);
+        }
+        // Dropping the last reference frees the chunk; the index lock is
+        // held, which is the allowed order (index → alloc).
+        drop(e);
+    }
+
+    /// Moves up to `max` of the least recently used unpinned values down
+    /// to the lower tier (a graceful stop keeps DRAM's contents this way).
+    /// Returns how many moved; 0 when nothing is left or there is no lower
+    /// tier.
+    pub fn demote_some(&self, max: usize) -> usize {
+        if self.lower.get().is_none() {
+            return 0;
+        }
+        let mut index = self.index.lock();
+        let victims: Vec<Bytes> = index
+            .lru
+            .values()
+            .filter(|k| {
+                index
+                    .map
+                    .get(*k)
+                    .is_some_and(|e| Arc::strong_count(&e.slot) == 1)
+            })
+            .take(max)
+            .cloned()
+            .collect();
+        for key in &victims {
+            if let Some(e) = index.remove(key) {
+                self.evicted(key, e);
+            }
+        }
+        victims.len()
     }
 
     /// Allocates if that keeps the arena under the watermark.
@@ -551,6 +651,7 @@ impl Store {
                     Expiry::At(at) => Some(at),
                     Expiry::Keep => old_expiry.flatten(),
                 };
+                self.forget_lower(&key);
                 (true, index.insert(key, slot, at).map(|e| e.slot))
             } else {
                 (false, Some(slot))
@@ -570,6 +671,7 @@ impl Store {
         {
             let mut index = self.index.lock();
             for (k, slot) in slots {
+                self.forget_lower(&k);
                 garbage.extend(index.insert(k, slot, None));
             }
         }
@@ -577,12 +679,18 @@ impl Store {
     }
 
     fn seal(&self, res: Reservation, now_ms: u64) -> Arc<Slot> {
-        self.seal_version(res, now_ms, None)
+        self.seal_version(res, now_ms, None, false)
     }
 
     /// Versions order writes of one key across nodes; a local write takes
     /// the wall clock with the epoch as tie-breaker.
-    fn seal_version(&self, mut res: Reservation, now_ms: u64, version: Option<u64>) -> Arc<Slot> {
+    fn seal_version(
+        &self,
+        mut res: Reservation,
+        now_ms: u64,
+        version: Option<u64>,
+        clean: bool,
+    ) -> Arc<Slot> {
         let checksum = crc32c::crc32c(res.as_mut_slice());
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
@@ -595,6 +703,7 @@ impl Store {
             created_ms: now_ms,
             epoch,
             version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
+            clean,
         })
     }
 
@@ -608,7 +717,44 @@ impl Store {
         expire_at_ms: Option<u64>,
         now_ms: u64,
     ) -> bool {
-        let slot = self.seal_version(res, now_ms, Some(version));
+        self.commit_copy_inner(
+            key,
+            res,
+            version,
+            expire_at_ms,
+            now_ms,
+            None::<fn() -> bool>,
+        )
+    }
+
+    /// Publishes a value read back from the lower tier if it is newer than
+    /// what DRAM holds (or DRAM holds nothing) and `still_valid()` holds; it
+    /// is asked under the index lock, so nothing can write or delete the
+    /// key between the check and the insert. A promotion uses it to lose to
+    /// any write, delete or eviction that came while it read. The lower
+    /// copy is kept (see [`LowerTier`]).
+    pub fn commit_promoted(
+        &self,
+        key: Bytes,
+        res: Reservation,
+        version: u64,
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        still_valid: impl FnOnce() -> bool,
+    ) -> bool {
+        self.commit_copy_inner(key, res, version, expire_at_ms, now_ms, Some(still_valid))
+    }
+
+    fn commit_copy_inner(
+        &self,
+        key: Bytes,
+        res: Reservation,
+        version: u64,
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        promoted: Option<impl FnOnce() -> bool>,
+    ) -> bool {
+        let slot = self.seal_version(res, now_ms, Some(version), promoted.is_some());
         let mut expired = Vec::new();
         let (stored, _replaced_or_refused) = {
             let mut index = self.index.lock();
@@ -617,7 +763,16 @@ impl Store {
                 && index
                     .live(&key, now_ms, &mut expired)
                     .is_none_or(|e| e.slot.version < version);
-            if newer {
+            let valid = match promoted {
+                Some(still_valid) => newer && still_valid(),
+                None => {
+                    if newer {
+                        self.forget_lower(&key);
+                    }
+                    newer
+                }
+            };
+            if valid {
                 (true, index.insert(key, slot, expire_at_ms).map(|e| e.slot))
             } else {
                 (false, Some(slot))
@@ -728,11 +883,12 @@ impl Store {
                 Some(_) => index.remove(key),
                 None => None,
             };
+            let below = self.forget_lower(key);
             index.bury(key, now_ms, self.cfg.tombstone_ms);
-            removed
+            (removed, below)
         };
         self.note_expired(expired);
-        removed.is_some()
+        removed.0.is_some() || removed.1
     }
 
     /// Removes `key` only if its live value still has `version` (a copy
@@ -742,7 +898,10 @@ impl Store {
         let removed = {
             let mut index = self.index.lock();
             match index.live(key, now_ms, &mut expired) {
-                Some(e) if e.slot.version == version => index.remove(key),
+                Some(e) if e.slot.version == version => {
+                    self.forget_lower(key);
+                    index.remove(key)
+                }
                 _ => None,
             }
         };
@@ -863,8 +1022,14 @@ impl Store {
     }
 
     /// Drops every key. Values pinned by readers are freed when released.
-    pub fn flush(&self) {
-        let old = std::mem::take(&mut *self.index.lock());
+    pub fn flush(&self, now_ms: u64) {
+        let old = {
+            let mut index = self.index.lock();
+            if let Some(lower) = self.lower.get() {
+                lower.clear(now_ms);
+            }
+            std::mem::take(&mut *index)
+        };
         drop(old);
     }
 

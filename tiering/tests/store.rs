@@ -259,7 +259,7 @@ fn flush_frees_everything() {
     for i in 0..100 {
         put(&s, &format!("k{i}"), &value(i, 10_000), 0).unwrap();
     }
-    s.flush();
+    s.flush(0);
     let st = s.stats();
     assert_eq!(
         (st.keys, st.used_bytes, st.reserved_bytes, st.value_bytes),

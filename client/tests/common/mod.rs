@@ -100,6 +100,8 @@ impl Node {
                 cmd.env_remove(key);
             }
         }
+        // No NVMe tier: nodes are killed with SIGKILL here.
+        cmd.env("STRATA_SSD_POOL_SIZE", "0");
         cmd.args(&args);
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
         let child = cmd

@@ -62,6 +62,14 @@ fn record(node: &Node) -> NodeRecord {
         capacity_bytes: s.capacity_bytes,
         used_bytes: s.reserved_bytes,
     }];
+    if let Some(spill) = &node.spill {
+        let n = spill.stats().nvme;
+        me.tiers.push(TierUsage {
+            tier: "nvme".into(),
+            capacity_bytes: n.capacity_bytes,
+            used_bytes: n.used_bytes,
+        });
+    }
     me
 }
 

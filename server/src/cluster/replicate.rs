@@ -46,21 +46,21 @@ pub async fn push(
     if targets.is_empty() {
         return 0;
     }
-    let src = match node.transport.describe(
-        &node.arena_region,
-        node.arena_offset(value.addr()),
-        value.len(),
-        Some(value.epoch()),
-    ) {
+    let (offset, len) = (node.arena_offset(value.addr()), value.len());
+    let version = value.version().to_string();
+    let expire = expire_at_ms.unwrap_or(0).to_string();
+    let (lease, tokens) = node.leases.grant(vec![value], now_ms() + PUSH_LEASE_MS);
+    let src = match node
+        .transport
+        .describe(&node.arena_region, offset, len, Some(tokens[0]))
+    {
         Ok(d) => d.to_string(),
         Err(e) => {
+            node.leases.release(lease);
             tracing::warn!("cannot describe a value for replication: {e}");
             return 0;
         }
     };
-    let version = value.version().to_string();
-    let expire = expire_at_ms.unwrap_or(0).to_string();
-    let lease = node.leases.grant(vec![value], now_ms() + PUSH_LEASE_MS);
     let mut calls = Vec::with_capacity(targets.len());
     for t in targets {
         let node = node.clone();

@@ -9,8 +9,9 @@ use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     // A key being moved here is fetched first, so the delete applies to it
-    // (and is forwarded) instead of answering 0 while a copy survives.
-    if let Some(out) = ctx.fetch_missing(&args[1..]) {
+    // (and is forwarded) instead of answering 0 while a copy survives. A
+    // key on NVMe is not brought up: the store deletes it there.
+    if let Some(out) = ctx.fetch_from_peers(&args[1..]) {
         return out;
     }
     let n = args[1..]

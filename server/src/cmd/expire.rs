@@ -9,6 +9,9 @@ use strata_tiering::Ttl;
 use super::{int_arg, Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    if let Some(out) = ctx.fetch_missing(&args[1..2]) {
+        return out;
+    }
     let millis = args[0].eq_ignore_ascii_case(b"PEXPIRE");
     let name = if millis { "pexpire" } else { "expire" };
     let n = match int_arg(&args[2]) {

@@ -12,6 +12,6 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         [mode] if mode.eq_ignore_ascii_case(b"ASYNC") || mode.eq_ignore_ascii_case(b"SYNC") => {}
         _ => return CommandError::syntax().into(),
     }
-    ctx.node.store.flush();
+    ctx.node.store.flush(ctx.now_ms);
     Reply::Ok.into()
 }

@@ -76,18 +76,20 @@ fn grant(ctx: &mut Ctx<'_>, value: Value) -> Result<((String, u64), u64), Comman
         ));
     }
     let len = value.len();
-    let src = node
-        .transport
-        .describe(
-            &node.arena_region,
-            node.arena_offset(value.addr()),
-            len,
-            Some(value.epoch()),
-        )
-        .map_err(transfer_error)?;
-    let id = node
+    let offset = node.arena_offset(value.addr());
+    let (id, tokens) = node
         .leases
         .grant(vec![value], ctx.now_ms + node.cfg.lease_ttl_ms);
+    let src = match node
+        .transport
+        .describe(&node.arena_region, offset, len, Some(tokens[0]))
+    {
+        Ok(src) => src,
+        Err(e) => {
+            node.leases.release(id);
+            return Err(transfer_error(e));
+        }
+    };
     ctx.session.leases.insert(id);
     Ok(((src.to_string(), len), id))
 }

@@ -122,6 +122,12 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 c.protocol_errors_total.load(Relaxed),
             );
             line(out, "too_large_requests", c.too_large_total.load(Relaxed));
+            line(
+                out,
+                "request_buffer_busy",
+                c.buffer_busy_total.load(Relaxed),
+            );
+            line(out, "request_buffer_bytes", node.request_buffer_bytes());
             line(out, "keyspace_hits", s.hits);
             line(out, "keyspace_misses", s.misses);
             line(out, "evicted_keys", s.evictions);
@@ -140,6 +146,31 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "dram_keys", s.keys);
             line(out, "dram_evictions", s.evictions);
             line(out, "dram_evicted_bytes", s.evicted_bytes);
+            let Some(spill) = &node.spill else {
+                line(out, "nvme_enabled", 0);
+                return;
+            };
+            let n = spill.stats();
+            line(out, "nvme_enabled", 1);
+            if let Some(lower) = &node.lower {
+                line(out, "nvme_path", lower.path.display());
+            }
+            line(out, "nvme_capacity_bytes", n.nvme.capacity_bytes);
+            line(out, "nvme_used_bytes", n.nvme.used_bytes);
+            line(out, "nvme_block_bytes", n.nvme.block_bytes);
+            line(out, "nvme_entries", n.nvme.entries);
+            line(out, "nvme_evicted_blocks", n.nvme.evicted_blocks);
+            line(out, "nvme_spill_queued", n.queued);
+            line(out, "nvme_spill_queued_bytes", n.queued_bytes);
+            line(out, "nvme_spilled", n.spilled);
+            line(out, "nvme_spilled_bytes", n.spilled_bytes);
+            line(out, "nvme_spill_dropped", n.dropped);
+            line(out, "nvme_spill_kept", n.kept);
+            line(out, "nvme_spill_too_large", n.too_large);
+            line(out, "nvme_write_errors", n.write_errors);
+            line(out, "nvme_promoted", n.promoted);
+            line(out, "nvme_promoted_bytes", n.promoted_bytes);
+            line(out, "nvme_read_errors", n.read_errors);
         }
         "cluster" => {
             out.push_str("# Cluster\r\n");

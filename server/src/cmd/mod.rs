@@ -60,13 +60,19 @@ pub enum Out {
     /// Work that waits on a transfer (PUT): the connection awaits it
     /// before the next request, so replies stay in order.
     Later(Later),
-    /// Missing keys whose slot is being handed to this node: the future
-    /// fetches them from their previous holders, then the request runs
-    /// again (once).
-    Rerun(Pin<Box<dyn Future<Output = ()> + Send + 'static>>),
+    /// Work before the request can run: missing keys are fetched from the
+    /// previous holders of their slot or promoted from NVMe, or a writer
+    /// waits for room in the spill queue. Then the request runs again
+    /// (once); an error is the reply instead.
+    Rerun(Rerun),
 }
 
 pub type Later = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
+pub type Rerun = Pin<Box<dyn Future<Output = Result<(), CommandError>> + Send + 'static>>;
+
+/// How long a writer waits for the spill queue before writing anyway (its
+/// evictions may then be dropped rather than kept on NVMe).
+const SPILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for Out {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,24 +117,61 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// For read commands: if any of `keys` is missing while this node is
-    /// still receiving the slots of a ring change, fetch them from their
-    /// previous holders and run the request again. `None` = go ahead.
+    /// For commands that read keys: any of `keys` missing from DRAM is
+    /// brought in first, then the request runs again. A key below DRAM is
+    /// promoted from NVMe; one missing while this node is still receiving
+    /// the slots of a ring change is fetched from its previous holders.
+    /// `None` = go ahead.
     pub fn fetch_missing(&self, keys: &[Bytes]) -> Option<Out> {
-        if self.rerun || self.internal || !self.node.in_transition() {
+        self.bring_in(keys, true)
+    }
+
+    /// Like [`Ctx::fetch_missing`], without promoting from NVMe: for
+    /// commands that handle a key below DRAM themselves (`DEL`).
+    pub fn fetch_from_peers(&self, keys: &[Bytes]) -> Option<Out> {
+        self.bring_in(keys, false)
+    }
+
+    fn bring_in(&self, keys: &[Bytes], promote: bool) -> Option<Out> {
+        if self.rerun || self.internal {
             return None;
         }
-        let missing: Vec<Bytes> = keys
+        let transition = self.node.in_transition();
+        let spill = self.node.spill.as_ref().filter(|_| promote);
+        if !transition && spill.is_none() {
+            return None;
+        }
+        let (below, elsewhere): (Vec<Bytes>, Vec<Bytes>) = keys
             .iter()
             .filter(|k| !self.node.store.exists(k, self.now_ms))
             .cloned()
-            .collect();
-        if missing.is_empty() {
+            .partition(|k| spill.is_some_and(|s| s.contains(k)));
+        let elsewhere = if transition { elsewhere } else { Vec::new() };
+        if below.is_empty() && elsewhere.is_empty() {
             return None;
         }
         let node = self.node.clone();
+        let now = self.now_ms;
         Some(Out::Rerun(Box::pin(async move {
-            crate::cluster::repair::fetch(&node, missing).await;
+            if !elsewhere.is_empty() {
+                crate::cluster::repair::fetch(&node, elsewhere).await;
+            }
+            crate::tiers::promote(&node, below, now).await
+        })))
+    }
+
+    /// For writes: while the spill queue is nearly full, wait for room
+    /// first (once), so that the values this write evicts are kept on NVMe
+    /// instead of dropped. `None` = go ahead.
+    pub fn wait_for_room(&self) -> Option<Out> {
+        let spill = self.node.spill.as_ref()?;
+        if self.rerun || self.internal || !spill.congested() {
+            return None;
+        }
+        let spill = spill.clone();
+        Some(Out::Rerun(Box::pin(async move {
+            spill.wait_for_room(SPILL_WAIT).await;
+            Ok(())
         })))
     }
 

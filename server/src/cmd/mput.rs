@@ -23,6 +23,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if pairs.len() / 2 > MAX_PAIRS {
         return CommandError::err(format!("at most {MAX_PAIRS} pairs per MPUT")).into();
     }
+    if let Some(out) = ctx.wait_for_room() {
+        return out;
+    }
     let mut tasks = Vec::with_capacity(pairs.len() / 2);
     for kv in pairs.chunks_exact(2) {
         let prepared = prepare(ctx.node, &kv[1]);

@@ -12,6 +12,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if !pairs.len().is_multiple_of(2) {
         return CommandError::wrong_arity("mset").into();
     }
+    if let Some(out) = ctx.wait_for_room() {
+        return out;
+    }
     let store = &ctx.node.store;
     let mut items = Vec::with_capacity(pairs.len() / 2);
     for kv in pairs.chunks_exact(2) {

@@ -53,7 +53,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         )
         .into();
     }
-    let id = ctx.node.leases.grant(values, ctx.now_ms + ms);
+    let (id, _) = ctx.node.leases.grant(values, ctx.now_ms + ms);
     ctx.session.leases.insert(id);
     Reply::Array(vec![Reply::Int(n as i64), Reply::Int(id as i64)]).into()
 }

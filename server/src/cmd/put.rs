@@ -18,6 +18,14 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
+    if cond == Condition::IfAbsent {
+        if let Some(out) = ctx.fetch_missing(&args[1..2]) {
+            return out;
+        }
+    }
+    if let Some(out) = ctx.wait_for_room() {
+        return out;
+    }
     let store = &ctx.node.store;
     if cond == Condition::IfAbsent && store.exists(&args[1], ctx.now_ms) {
         return Reply::Nil.into();

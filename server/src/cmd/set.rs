@@ -16,6 +16,15 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
+    // NX/XX/KEEPTTL depend on the old value: bring it up from NVMe first.
+    if cond != Condition::Always || expiry == Expiry::Keep {
+        if let Some(out) = ctx.fetch_missing(&args[1..2]) {
+            return out;
+        }
+    }
+    if let Some(out) = ctx.wait_for_room() {
+        return out;
+    }
     let store = &ctx.node.store;
     let (key, value) = (&args[1], &args[2]);
     // Don't evict anything for a write that will not apply.

@@ -7,6 +7,9 @@ use strata_proto::Reply;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    if let Some(out) = ctx.fetch_missing(&args[1..2]) {
+        return out;
+    }
     let Some(m) = ctx.node.store.meta(&args[1], ctx.now_ms) else {
         return Reply::Nil.into();
     };

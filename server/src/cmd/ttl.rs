@@ -8,6 +8,9 @@ use strata_tiering::Ttl;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    if let Some(out) = ctx.fetch_missing(&args[1..2]) {
+        return out;
+    }
     let millis = args[0].eq_ignore_ascii_case(b"PTTL");
     let v = match ctx.node.store.ttl(&args[1], ctx.now_ms) {
         Ttl::Missing => -2,

@@ -49,7 +49,7 @@ const BLOB_INDEX_BYTES: u64 = 4096;
 /// foyer's `EntryHeader` (36 bytes) plus the length prefixes of key and
 /// value (8 each) plus our checksum (4), rounded up generously.
 const ENTRY_OVERHEAD_BYTES: u64 = 128;
-/// Write buffer size in blocks. In-flight puts are bounded by this many
+/// Write buffer size in blocks. In-flight puts are bounded by one block's
 /// bytes so that foyer's buffer can never overflow (and drop an entry).
 const WRITE_BUFFER_BLOCKS: u64 = 2;
 /// io_uring: one submission thread (the node's cores serve the network) and
@@ -205,7 +205,11 @@ impl FoyerBackend {
         Ok(FoyerBackend {
             store,
             pieces,
-            in_flight: Semaphore::new(buffer as usize),
+            // One block, not the whole pool: entries in flight then fill at
+            // most the block being written plus the next one, whatever the
+            // padding foyer adds per blob. Budgeting the whole pool let
+            // concurrent puts overflow it (and foyer dropped them).
+            in_flight: Semaphore::new(block as usize),
             block_bytes: block,
             counts,
         })

@@ -222,6 +222,11 @@ impl<B: Backend> NvmeTier<B> {
         &self.backend
     }
 
+    /// Largest value accepted.
+    pub fn max_value_bytes(&self) -> u64 {
+        self.max_value_bytes
+    }
+
     /// Stores `value` under `key`, replacing any previous value. `checksum`
     /// is the CRC32C of `value`. Returns once the value is on the device
     /// (see the module's durability notes); on any error it is absent.
@@ -306,6 +311,19 @@ impl<B: Backend> NvmeTier<B> {
             self.dec_entries();
         }
         Ok(present)
+    }
+
+    /// Drops `key` from the index at once, without waiting for its
+    /// tombstone to reach the device (the next insert or flush carries it).
+    /// Returns whether it was indexed. For callers that cannot wait (under
+    /// a lock); across a crash before the next flush the key may come back.
+    pub fn forget(&self, key: &Bytes) -> bool {
+        if self.closed.load(Relaxed) || !self.backend.contains(key) {
+            return false;
+        }
+        self.backend.delete(key);
+        self.dec_entries();
+        true
     }
 
     /// Whether `key` is indexed. May say `true` for a key whose block is

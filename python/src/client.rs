@@ -1,0 +1,375 @@
+//! `NativeClient`: one `strata_client::Client` on a private tokio runtime.
+//! Every method converts its arguments with the GIL held, then runs the
+//! network part with the GIL released, then builds Python results.
+//!
+//! Zero-copy targets are registered with the client's data plane only for
+//! the duration of the call that uses them (see `transfer`), so no memory
+//! stays readable by peers after the call returns.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use strata_client::{Client, ClientConfig, Error, BATCH_MAX};
+use tokio::runtime::Runtime;
+
+use crate::errors::{error_value, internal, invalid, to_pyerr};
+use crate::target::{key_bytes, keys_bytes, targets, Span, Target};
+use crate::transfer::{get_batch, get_one, put_batch, put_one};
+
+/// Most runtime worker threads: transfers are I/O bound, and the client
+/// pools at most 4 data-plane connections per peer.
+const THREADS_MAX: usize = 64;
+
+/// The client and the runtime it runs on; `None` once closed.
+struct Inner {
+    client: Arc<Client>,
+    rt: Arc<Runtime>,
+}
+
+#[pyclass(module = "strata._native", frozen)]
+pub struct NativeClient {
+    inner: Mutex<Option<Inner>>,
+}
+
+impl NativeClient {
+    /// The client and runtime for one call (cheap clones), or an error if
+    /// the client was closed.
+    fn parts(&self) -> PyResult<(Arc<Client>, Arc<Runtime>)> {
+        let guard = self
+            .inner
+            .lock()
+            .map_err(|_| invalid("client lock poisoned"))?;
+        match guard.as_ref() {
+            Some(i) => Ok((i.client.clone(), i.rt.clone())),
+            None => Err(invalid("the client is closed")),
+        }
+    }
+
+    /// Runs `f` as a task on the runtime's workers, with the GIL released
+    /// while this thread waits for it. A task rather than `block_on` here:
+    /// the I/O of one operation then wakes worker threads only, and this
+    /// thread is woken once, at the end (on a busy machine each extra
+    /// cross-thread wake-up costs tens of microseconds).
+    fn run<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Client>) -> Fut + Send,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+    {
+        let (client, rt) = self.parts()?;
+        let task = rt.spawn(f(client));
+        py.allow_threads(move || rt.block_on(task))
+            .map_err(|e| internal(format!("the operation's task failed: {e}")))
+    }
+}
+
+#[pymethods]
+impl NativeClient {
+    #[new]
+    #[pyo3(signature = (seeds, data_bind, retry_attempts, timeout_ms, failover,
+                        failover_timeout_ms, health_check_interval_ms, threads))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        seeds: Vec<String>,
+        data_bind: &str,
+        retry_attempts: u32,
+        timeout_ms: u64,
+        failover: bool,
+        failover_timeout_ms: u64,
+        health_check_interval_ms: u64,
+        threads: usize,
+    ) -> PyResult<Self> {
+        if seeds.is_empty() {
+            return Err(invalid("at least one seed address is required"));
+        }
+        if threads == 0 || threads > THREADS_MAX {
+            return Err(invalid(format!("threads must be in 1..={THREADS_MAX}")));
+        }
+        let mut cfg = ClientConfig::with_seeds(seeds);
+        cfg.data_bind = data_bind
+            .parse()
+            .map_err(|_| invalid(format!("data_bind {data_bind:?} is not an ip:port")))?;
+        cfg.retry_attempts = retry_attempts;
+        cfg.timeout = Duration::from_millis(timeout_ms);
+        cfg.failover_enabled = failover;
+        cfg.failover_timeout_ms = failover_timeout_ms;
+        cfg.health_check_interval_ms = health_check_interval_ms;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("strata-py")
+            .enable_all()
+            .build()
+            .map_err(|e| to_pyerr(Error::Io(e)))?;
+        let client = py
+            .allow_threads(|| rt.block_on(Client::connect_with(cfg)))
+            .map_err(to_pyerr)?;
+        Ok(Self {
+            inner: Mutex::new(Some(Inner {
+                client: Arc::new(client),
+                rt: Arc::new(rt),
+            })),
+        })
+    }
+
+    /// Stops the client: its connections, health checks and data plane.
+    /// Idempotent; calls still running finish first.
+    fn close(&self, py: Python<'_>) {
+        let taken = self.inner.lock().ok().and_then(|mut g| g.take());
+        if let Some(Inner { client, rt }) = taken {
+            drop(client);
+            if let Ok(rt) = Arc::try_unwrap(rt) {
+                py.allow_threads(move || rt.shutdown_timeout(Duration::from_secs(5)));
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.inner.lock().map(|g| g.is_none()).unwrap_or(true)
+    }
+
+    /// Inline `SET`: the value travels on the command connection.
+    fn set(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &[u8]) -> PyResult<()> {
+        let key = key_bytes(key)?;
+        let value = Bytes::copy_from_slice(value);
+        self.run(py, |c| async move { c.set(&key, &value).await })?
+            .map_err(to_pyerr)
+    }
+
+    /// Inline `SET` of each pair, concurrently: per key `None` or the
+    /// exception.
+    fn set_batch(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        values: Vec<Bound<'_, PyBytes>>,
+    ) -> PyResult<Vec<PyObject>> {
+        if keys.len() != values.len() {
+            return Err(invalid(format!(
+                "{} keys for {} values",
+                keys.len(),
+                values.len()
+            )));
+        }
+        let keys = keys_bytes(&keys)?;
+        let values: Vec<Bytes> = values
+            .iter()
+            .map(|v| Bytes::copy_from_slice(v.as_bytes()))
+            .collect();
+        let done = self.run(py, |c| async move {
+            let mut out = Vec::with_capacity(keys.len());
+            for (keys, values) in keys.chunks(BATCH_MAX).zip(values.chunks(BATCH_MAX)) {
+                let sets = keys.iter().zip(values).map(|(k, v)| c.set(k, v));
+                out.extend(futures::future::join_all(sets).await);
+            }
+            out
+        })?;
+        Ok(done
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => py.None(),
+                Err(e) => error_value(py, &e),
+            })
+            .collect())
+    }
+
+    /// Inline `GET`: the value or `None`.
+    fn get(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<PyObject>> {
+        let key = key_bytes(key)?;
+        let value = self
+            .run(py, |c| async move { c.get(&key).await })?
+            .map_err(to_pyerr)?;
+        Ok(value.map(|v| PyBytes::new(py, &v).into_any().unbind()))
+    }
+
+    /// Inline `GET` of each key, concurrently: per key bytes, `None`, or
+    /// the exception.
+    fn get_batch(&self, py: Python<'_>, keys: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<PyObject>> {
+        let keys = keys_bytes(&keys)?;
+        let values = self.run(py, |c| async move {
+            let mut out = Vec::with_capacity(keys.len());
+            for chunk in keys.chunks(BATCH_MAX) {
+                let gets = chunk.iter().map(|k| c.get(k));
+                out.extend(futures::future::join_all(gets).await);
+            }
+            out
+        })?;
+        Ok(values
+            .into_iter()
+            .map(|v| match v {
+                Ok(Some(b)) => PyBytes::new(py, &b).into_any().unbind(),
+                Ok(None) => py.None(),
+                Err(e) => error_value(py, &e),
+            })
+            .collect())
+    }
+
+    fn exists(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = key_bytes(key)?;
+        self.run(py, |c| async move { c.exists(&key).await })?
+            .map_err(to_pyerr)
+    }
+
+    /// `EXISTS` of each key, concurrently: per key a bool or the exception.
+    fn exists_batch(&self, py: Python<'_>, keys: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<PyObject>> {
+        let keys = keys_bytes(&keys)?;
+        let found = self.run(py, |c| async move {
+            let mut out = Vec::with_capacity(keys.len());
+            for chunk in keys.chunks(BATCH_MAX) {
+                let asks = chunk.iter().map(|k| c.exists(k));
+                out.extend(futures::future::join_all(asks).await);
+            }
+            out
+        })?;
+        found
+            .into_iter()
+            .map(|r| match r {
+                Ok(b) => Ok(pyo3::types::PyBool::new(py, b)
+                    .to_owned()
+                    .into_any()
+                    .unbind()),
+                Err(e) => Ok(error_value(py, &e)),
+            })
+            .collect()
+    }
+
+    /// Length of the value of `key`, `None` if absent (no payload moves).
+    fn value_size(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let key = key_bytes(key)?;
+        self.run(py, |c| async move { c.value_size(&key).await })?
+            .map_err(to_pyerr)
+    }
+
+    /// How many keys, from the first, are all present.
+    fn prefix(&self, py: Python<'_>, keys: Vec<Bound<'_, PyAny>>) -> PyResult<usize> {
+        let keys = keys_bytes(&keys)?;
+        self.run(py, |c| async move { c.prefix(&keys).await })?
+            .map_err(to_pyerr)
+    }
+
+    /// `DEL`: whether the key existed.
+    fn remove(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = key_bytes(key)?;
+        self.run(py, |c| async move { c.del(&key).await })?
+            .map_err(to_pyerr)
+    }
+
+    #[pyo3(signature = (section="default"))]
+    fn info(&self, py: Python<'_>, section: &str) -> PyResult<String> {
+        let section = section.to_owned();
+        self.run(py, |c| async move { c.info(&section).await })?
+            .map_err(to_pyerr)
+    }
+
+    /// Stores `target[..size]` under `key`; the node pulls the bytes.
+    #[pyo3(signature = (key, target, size=None))]
+    fn put_from(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
+        size: Option<usize>,
+    ) -> PyResult<()> {
+        let key = key_bytes(key)?;
+        let target = Target::extract(target, size, false)?;
+        let span = target.span;
+        let done = self.run(py, |c| async move { put_one(&c, &key, span).await })?;
+        drop(target);
+        done.map_err(to_pyerr)
+    }
+
+    /// Reads the value of `key` into `target[..size]`; returns its length.
+    #[pyo3(signature = (key, target, size=None))]
+    fn get_into(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
+        size: Option<usize>,
+    ) -> PyResult<usize> {
+        let key = key_bytes(key)?;
+        let target = Target::extract(target, size, true)?;
+        let span = target.span;
+        let read = self.run(py, |c| async move { get_one(&c, &key, span).await })?;
+        drop(target);
+        read.map_err(to_pyerr)
+    }
+
+    /// Puts every `(key, target)`: per key `None` or the exception.
+    #[pyo3(signature = (keys, targets_, sizes=None))]
+    fn batch_put_from(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        targets_: Vec<Bound<'_, PyAny>>,
+        sizes: Option<Vec<usize>>,
+    ) -> PyResult<Vec<PyObject>> {
+        let (keys, held) = batch_args(&keys, &targets_, sizes, false)?;
+        let spans: Vec<Span> = held.iter().map(|t| t.span).collect();
+        let results = self.run(py, |c| async move { put_batch(&c, &keys, &spans).await })?;
+        drop(held);
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => py.None(),
+                Err(e) => error_value(py, &e),
+            })
+            .collect())
+    }
+
+    /// Reads every `(key, target)`: per key the length read or the exception.
+    #[pyo3(signature = (keys, targets_, sizes=None))]
+    fn batch_get_into(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        targets_: Vec<Bound<'_, PyAny>>,
+        sizes: Option<Vec<usize>>,
+    ) -> PyResult<Vec<PyObject>> {
+        let (keys, held) = batch_args(&keys, &targets_, sizes, true)?;
+        let spans: Vec<Span> = held.iter().map(|t| t.span).collect();
+        let results = self.run(py, |c| async move { get_batch(&c, &keys, &spans).await })?;
+        drop(held);
+        results
+            .into_iter()
+            .map(|r| match r {
+                Ok(n) => Ok(n.into_pyobject(py)?.into_any().unbind()),
+                Err(e) => Ok(error_value(py, &e)),
+            })
+            .collect()
+    }
+
+    /// RESP address of the node owning `key` in the current slot map.
+    fn owner_of(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let key = key_bytes(key)?;
+        Ok(self.parts()?.0.owner_of(&key))
+    }
+
+    fn cluster_nodes(&self) -> PyResult<Vec<String>> {
+        Ok(self.parts()?.0.cluster_nodes())
+    }
+
+    /// `host:port` of this client's data-plane listener.
+    fn data_endpoint(&self) -> PyResult<String> {
+        Ok(self.parts()?.0.data_endpoint().to_owned())
+    }
+}
+
+fn batch_args(
+    keys: &[Bound<'_, PyAny>],
+    objs: &[Bound<'_, PyAny>],
+    sizes: Option<Vec<usize>>,
+    writable: bool,
+) -> PyResult<(Vec<Vec<u8>>, Vec<Target>)> {
+    if keys.len() != objs.len() {
+        return Err(invalid(format!(
+            "{} keys for {} buffers",
+            keys.len(),
+            objs.len()
+        )));
+    }
+    Ok((keys_bytes(keys)?, targets(objs, sizes, writable)?))
+}

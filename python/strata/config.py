@@ -1,0 +1,97 @@
+"""How a :class:`strata.Client` reaches the cluster (``ClientConfig``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, List, Mapping, Sequence, Union
+
+from .errors import InvalidArgumentError
+
+
+@dataclass
+class ClientConfig:
+    """Settings of one client; the defaults are the Rust client's.
+
+    ``seeds``: RESP addresses (``host:port``) of any nodes; the client learns
+    the slot map from the first that answers (a standalone node is a
+    cluster of one). ``data_bind``: where this client's data-plane listener
+    binds; nodes connect to it to pull PUT payloads, so it must be reachable
+    from them. ``inline_max_bytes``: ``put`` sends values up to this size
+    inline on the command connection (one round trip) and larger ones
+    zero-copy. ``threads``: tokio worker threads behind this client.
+    """
+
+    seeds: List[str] = field(default_factory=lambda: ["127.0.0.1:7379"])
+    data_bind: str = "127.0.0.1:0"
+    retry_attempts: int = 3
+    timeout_ms: int = 30_000
+    failover: bool = True
+    failover_timeout_ms: int = 5_000
+    health_check_interval_ms: int = 2_000
+    threads: int = 2
+    inline_max_bytes: int = 16 * 1024
+
+    @classmethod
+    def from_env(cls, prefix: str = "STRATA_") -> "ClientConfig":
+        """Reads ``STRATA_SEEDS`` (comma-separated), ``STRATA_DATA_BIND``,
+        ``STRATA_TIMEOUT_MS``, ... (each field, upper-cased)."""
+        values: dict = {}
+        for f in fields(cls):
+            raw = os.environ.get(prefix + f.name.upper())
+            if raw is not None:
+                values[f.name] = raw
+        return cls.coerce(values)
+
+    @classmethod
+    def coerce(cls, config: "ConfigLike" = None, **overrides: Any) -> "ClientConfig":
+        """A config from a ``ClientConfig``, a ``"host:port[,host:port]"``
+        string, a list of seeds, or a mapping of field names."""
+        if config is None:
+            base: dict = {}
+        elif isinstance(config, ClientConfig):
+            base = {f.name: getattr(config, f.name) for f in fields(cls)}
+        elif isinstance(config, str):
+            base = {"seeds": config}
+        elif isinstance(config, Mapping):
+            base = dict(config)
+        elif isinstance(config, Sequence):
+            base = {"seeds": list(config)}
+        else:
+            raise InvalidArgumentError(
+                f"config must be a ClientConfig, str, list or dict, not {type(config).__name__}"
+            )
+        base.update(overrides)
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(base) - set(known))
+        if unknown:
+            raise InvalidArgumentError(f"unknown config keys: {', '.join(unknown)}")
+        out = cls()
+        for name, value in base.items():
+            setattr(out, name, _convert(name, value, known[name].type))
+        return out
+
+
+def _convert(name: str, value: Any, kind: Any) -> Any:
+    try:
+        if name == "seeds":
+            seeds = value.split(",") if isinstance(value, str) else list(value)
+            seeds = [str(s).strip() for s in seeds if str(s).strip()]
+            if not seeds:
+                raise ValueError("no seed address")
+            return seeds
+        if kind in ("bool", bool):
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if kind in ("int", int):
+            n = int(value)
+            if n < 0:
+                raise ValueError("negative")
+            return n
+        return str(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"config {name}={value!r}: {e}") from None
+
+
+ConfigLike = Union[ClientConfig, str, Sequence[str], Mapping[str, Any], None]

@@ -1,0 +1,188 @@
+"""strata.Client against a live strata-server: values, batches, zero copy,
+and the exceptions bad input and failures raise."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import strata
+from fakes import TensorLike
+from servers import MAX_VALUE_BYTES
+
+
+def test_put_get_and_missing_is_none(client, key):
+    client.put(key("a"), b"hello")
+    client.put(key("empty"), b"")
+    assert client.get(key("a")) == b"hello"
+    assert client.get(key("empty")) == b""
+    assert client.get(key("missing")) is None
+    assert client.exists(key("a")) and not client.exists(key("missing"))
+    assert client.get_size(key("a")) == 5
+    assert client.get_size(key("missing")) is None
+
+
+def test_large_put_goes_zero_copy_and_round_trips(client, key):
+    value = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    assert len(value) > client.config.inline_max_bytes
+    client.put(key(), value)
+    assert client.get(key()) == value
+
+
+def test_overwrite_replaces_and_remove(client, key):
+    client.put(key(), b"one")
+    client.put(key(), b"two")
+    assert client.get(key()) == b"two"
+    assert client.remove(key()) is True
+    assert client.remove(key()) is False
+    assert client.get(key()) is None
+
+
+def test_batches_report_per_key(client, key):
+    keys = [key(str(i)) for i in range(5)]
+    values = [bytes([i]) * (i * 10000) for i in range(5)]
+    assert client.put_batch(keys, values) == [None] * 5
+    got = client.get_batch(keys + [key("none")])
+    assert got[:5] == values and got[5] is None
+    assert client.exists_batch([keys[0], key("none")]) == [True, False]
+    tensor = TensorLike(np.arange(8, dtype=np.int32))
+    assert client.put_batch([key("t")], [tensor]) == [None]
+    assert client.get(key("t")) == tensor.array.tobytes()
+    assert client.prefix(keys) == 5
+    assert client.prefix([keys[0], key("none"), keys[1]]) == 1
+
+
+def test_zero_copy_buffers(client, key):
+    src = np.arange(1 << 18, dtype=np.float32)
+    client.put_from(key("np"), src)
+    dst = np.zeros_like(src)
+    assert client.get_into(key("np"), dst) == src.nbytes
+    assert np.array_equal(src, dst)
+    ba = bytearray(1000)
+    client.put_from(key("prefix"), memoryview(b"abcdef"), 3)
+    assert client.get(key("prefix")) == b"abc"
+    n = client.get_into(key("prefix"), ba)
+    assert n == 3 and ba[:3] == b"abc"
+
+
+def test_registered_pointer_and_tensor(client, key):
+    pool = np.zeros(1 << 20, dtype=np.uint8)
+    pool[:4096] = 7
+    ptr = pool.ctypes.data
+    client.register_buffer(ptr, pool.nbytes)
+    client.put_from(key(), ptr, 4096)
+    assert client.get_into(key(), ptr + 8192, 4096) == 4096
+    assert (pool[8192 : 8192 + 4096] == 7).all()
+    assert client.unregister_buffer(ptr)
+    with pytest.raises(strata.InvalidArgumentError, match="not inside a registered buffer"):
+        client.put_from(key(), ptr, 4096)
+    tensor = TensorLike(np.full(256, 3, dtype=np.int64))
+    client.put_from(key("t"), tensor)
+    out = TensorLike(np.zeros(256, dtype=np.int64))
+    assert client.get_into(key("t"), out) == 2048
+    assert (out.array == 3).all()
+    with pytest.raises(strata.InvalidArgumentError, match="cuda"):
+        client.put_from(key("t"), TensorLike(np.zeros(4), device="cuda"))
+
+
+def test_batch_zero_copy_mixes_hits_and_misses(client, key):
+    keys = [key(str(i)) for i in range(40)]
+    blocks = [np.full(65536, i, dtype=np.uint8) for i in range(40)]
+    assert client.batch_put_from(keys, blocks) == [None] * 40
+    outs = [np.zeros(65536, dtype=np.uint8) for _ in range(41)]
+    results = client.batch_get_into(keys + [key("none")], outs)
+    assert results[:40] == [65536] * 40
+    assert isinstance(results[40], strata.NotFoundError) and results[40].code == "NOTFOUND"
+    assert all((o == i).all() for i, o in enumerate(outs[:40]))
+
+
+def test_errors_carry_codes(client, key):
+    with pytest.raises(strata.NotFoundError) as e:
+        client.get_into(key("none"), bytearray(10))
+    assert e.value.code == "NOTFOUND" and isinstance(e.value, KeyError)
+    assert e.value.mooncake_code == -704
+    client.put_from(key(), bytes(100))
+    with pytest.raises(strata.TooLargeError) as e:
+        client.get_into(key(), bytearray(99))
+    assert e.value.code == "TOOLARGE"
+    with pytest.raises(strata.TooLargeError):
+        client.put(key("big"), bytes(MAX_VALUE_BYTES + 1))
+    assert client.get(key("big")) is None
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c, k: c.put(123, b"x"), "keys must be str or bytes"),
+        (lambda c, k: c.get(None), "keys must be str or bytes"),
+        (lambda c, k: c.put(k, 5), "a value must be bytes"),
+        (lambda c, k: c.put_from(k, 0, 10), "invalid pointer"),
+        (lambda c, k: c.get_into(k, 0x1000, 10), "not inside a registered buffer"),
+        (lambda c, k: c.put_from(k, 12345), "a size is required"),
+        (lambda c, k: c.get_into(k, bytes(10)), "writable"),
+        (lambda c, k: c.get_into(k, bytearray(10), 11), "exceeds the buffer"),
+        (lambda c, k: c.get_into(k, bytearray(10), 0), "size must be positive"),
+        (lambda c, k: c.put_from(k, bytearray()), "size must be positive"),
+        (lambda c, k: c.put_from(k, np.zeros((4, 4))[:, 1]), "contiguous"),
+        (lambda c, k: c.put_from(k, "text"), "buffer"),
+        (lambda c, k: c.batch_get_into([k, k], [bytearray(1)]), "2 keys for 1 buffers"),
+        (lambda c, k: c.batch_put_from([k], [bytearray(1)], [1, 2]), "2 sizes for 1 buffers"),
+        (lambda c, k: c.put(b"k" * 9000, b"x"), "exceeds the limit"),
+        (lambda c, k: c.register_buffer(0, 10), "invalid pointer"),
+        (lambda c, k: c.register_buffer(4096, -1), "size must be positive"),
+    ],
+)
+def test_bad_input_raises_invalid_argument(client, key, call, match):
+    with pytest.raises(strata.InvalidArgumentError, match=match) as e:
+        call(client, key())
+    assert e.value.code == "INVALID"
+    assert isinstance(e.value, ValueError)
+
+
+def test_closed_client_refuses_calls(server):
+    c = strata.Client(server.addr)
+    c.close()
+    c.close()
+    assert c.closed
+    with pytest.raises(strata.InvalidArgumentError, match="closed"):
+        c.get("k")
+
+
+def test_unreachable_seed_is_an_io_error():
+    from servers import free_port
+
+    with pytest.raises(strata.IoError) as e:
+        strata.Client(f"127.0.0.1:{free_port()}", timeout_ms=2000, failover_timeout_ms=500)
+    assert e.value.code == "IO" and isinstance(e.value, OSError)
+
+
+def test_config_forms(server):
+    for cfg in (server.addr, [server.addr], {"seeds": server.addr, "threads": 1}):
+        with strata.Client(cfg) as c:
+            assert c.cluster_nodes() == [server.addr] or len(c.cluster_nodes()) == 1
+    with pytest.raises(strata.InvalidArgumentError, match="unknown config keys"):
+        strata.Client(server.addr, bogus=1)
+
+
+def test_threads_share_a_client_with_the_gil_released(client, key):
+    block = np.full(1 << 20, 9, dtype=np.uint8)
+    errors = []
+
+    def worker(i):
+        try:
+            out = np.zeros_like(block)
+            for j in range(5):
+                client.put_from(key(f"{i}-{j}"), block)
+                assert client.get_into(key(f"{i}-{j}"), out) == block.nbytes
+                assert (out == 9).all()
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -1,0 +1,233 @@
+//! The tiers under DRAM, as the node opens and uses them: today the NVMe
+//! tier (`ssd_*` keys), through [`strata_tiering::spill::Spill`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use bytes::Bytes;
+use strata_proto::CommandError;
+use strata_tiering::nvme::{NvmeConfig, NvmeEngine, NvmeError, NvmeTier};
+use strata_tiering::spill::{PromoteError, Spill, SpillConfig, HEADER_BYTES};
+use strata_tiering::Store;
+
+use crate::config::Config;
+use crate::node::Node;
+
+/// Promotions of one request that run at once: enough to keep the device
+/// busy for an MGET of many blocks, few enough not to flood DRAM.
+const PROMOTE_CONCURRENCY: usize = 8;
+
+/// Temporary NVMe directories are named `strata-nvme-*` and hold the
+/// owning process id in this file.
+const TEMP_PREFIX: &str = "strata-nvme-";
+const OWNER_FILE: &str = "owner.pid";
+
+/// Removes temporary NVMe directories whose node died without cleaning up
+/// (kill -9, a crash): each holds up to `ssd_pool_size` of preallocated
+/// files. One whose owner is alive, or whose owner cannot be told, is left.
+fn remove_orphans() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let dir = entry.path();
+        let Some(pid) = std::fs::read_to_string(dir.join(OWNER_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::info!(path = %dir.display(), pid, "removed the temporary NVMe directory of a node that died")
+                }
+                Err(e) => {
+                    tracing::debug!(path = %dir.display(), error = %e, "cannot remove an orphaned NVMe directory")
+                }
+            }
+        }
+    }
+}
+
+/// An opened NVMe tier and, for the default configuration, the temporary
+/// directory it lives in (removed when the node stops).
+pub struct Lower {
+    pub spill: Arc<Spill>,
+    pub path: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+/// Opens the NVMe tier the config asks for and attaches it under `store`.
+/// `None` when `ssd_pool_size` is 0.
+pub async fn open(cfg: &Config, store: &Store) -> anyhow::Result<Option<Lower>> {
+    if cfg.ssd_pool_size == 0 {
+        return Ok(None);
+    }
+    let (path, temp) = if cfg.ssd_path.is_empty() {
+        remove_orphans();
+        let temp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempdir()
+            .context("ssd_path is empty and no temporary directory can be created for the NVMe tier (set ssd_path, or ssd_pool_size 0)")?;
+        // So that a later node can tell this directory was orphaned by a
+        // crash (the directory is removed on a graceful stop only).
+        let _ = std::fs::write(temp.path().join(OWNER_FILE), std::process::id().to_string());
+        (temp.path().to_path_buf(), Some(temp))
+    } else {
+        let path = PathBuf::from(&cfg.ssd_path);
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("ssd_path {}: cannot create the directory", path.display()))?;
+        (path, None)
+    };
+    let mut nvme = NvmeConfig::new(
+        &path,
+        cfg.ssd_pool_size,
+        cfg.ssd_max_value_size + HEADER_BYTES,
+    );
+    nvme.engine = match cfg.ssd_engine.as_str() {
+        "io_uring" => NvmeEngine::IoUring,
+        _ => NvmeEngine::Psync,
+    };
+    nvme.direct_io = cfg.ssd_direct_io;
+    // A temporary directory starts empty; a configured one is recovered.
+    nvme.recover = temp.is_none();
+    let tier = match NvmeTier::open(nvme.clone()).await {
+        Ok(t) => t,
+        // tmpfs (a common /tmp) refuses O_DIRECT; the default must still
+        // start there.
+        Err(NvmeError::Io { .. }) if temp.is_some() && nvme.direct_io => {
+            tracing::warn!(
+                path = %path.display(),
+                "the temporary NVMe directory refuses O_DIRECT (tmpfs?); using buffered I/O. Set ssd_path to a real device for the NVMe tier"
+            );
+            nvme.direct_io = false;
+            NvmeTier::open(nvme)
+                .await
+                .map_err(|e| nvme_open_error(&path, e))?
+        }
+        // The default must start on any machine: without room in the
+        // temporary directory, run on DRAM alone and say so.
+        Err(e @ NvmeError::NoSpace { .. }) if temp.is_some() => {
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "no room for the default NVMe tier in the temporary directory; running on DRAM only (set ssd_path and ssd_pool_size to use one)"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(nvme_open_error(&path, e)),
+    };
+    let spill = Spill::start(
+        tier,
+        SpillConfig {
+            queue_bytes: cfg.ssd_spill_queue_size,
+            ..SpillConfig::default()
+        },
+        Some(path.clone()),
+    );
+    store.attach_lower(spill.clone());
+    tracing::info!(
+        path = %path.display(),
+        pool_bytes = cfg.ssd_pool_size,
+        max_value = cfg.ssd_max_value_size,
+        engine = %cfg.ssd_engine,
+        "NVMe tier open"
+    );
+    Ok(Some(Lower {
+        spill,
+        path,
+        _temp: temp,
+    }))
+}
+
+fn nvme_open_error(path: &std::path::Path, e: NvmeError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot open the NVMe tier at ssd_path {}: {e} (set ssd_pool_size 0 to run without it)",
+        path.display()
+    )
+}
+
+/// Promotes `keys` from NVMe into DRAM. The first failure is the request's
+/// reply: `-NOSPACE` when DRAM has no room, `-ERR io` for a device error or
+/// damaged bytes (never the bytes themselves).
+pub async fn promote(node: &Arc<Node>, keys: Vec<Bytes>, now_ms: u64) -> Result<(), CommandError> {
+    use futures::StreamExt;
+    let Some(spill) = node.spill.as_ref() else {
+        return Ok(());
+    };
+    let mut results = futures::stream::iter(keys)
+        .map(|key| {
+            let spill = spill.clone();
+            let node = node.clone();
+            async move { spill.promote(&node.store, &key, now_ms).await }
+        })
+        .buffer_unordered(PROMOTE_CONCURRENCY);
+    let mut first_error = None;
+    while let Some(r) = results.next().await {
+        if let Err(e) = r {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        None => Ok(()),
+        Some(PromoteError::Store(e)) => Err(crate::cmd::store_error(e)),
+        Some(PromoteError::Nvme(e)) => Err(CommandError::err(format!(
+            "io: cannot read the value from the NVMe tier: {e}"
+        ))),
+    }
+}
+
+/// Values moved down per step of a graceful stop: small enough that the
+/// index lock is never held for long.
+const DEMOTE_BATCH: usize = 16;
+
+/// A graceful stop: with a configured `ssd_path`, DRAM's values are moved
+/// to NVMe (so a restart finds them), then everything queued is written
+/// and flushed. Gives up after `max`; what is not written by then is lost,
+/// as on a crash.
+pub async fn shut_down(node: &Node, spill: &Spill, max: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + max;
+    let keep = node.lower.as_ref().is_some_and(|l| l._temp.is_none());
+    let mut moved = 0usize;
+    if keep {
+        tracing::info!(
+            keys = node.store.len(),
+            "moving DRAM values to NVMe before stopping"
+        );
+        while tokio::time::Instant::now() < deadline {
+            let left = deadline - tokio::time::Instant::now();
+            spill.wait_for_room(left).await;
+            let n = node.store.demote_some(DEMOTE_BATCH);
+            if n == 0 {
+                break;
+            }
+            moved += n;
+        }
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if let Err(e) = spill.drain(left).await {
+        tracing::warn!(error = %e, "NVMe tier: final flush failed");
+    }
+    let s = spill.stats();
+    if s.queued > 0 {
+        tracing::warn!(
+            values = s.queued,
+            bytes = s.queued_bytes,
+            "NVMe tier: stopped before every queued value was written; those are lost"
+        );
+    }
+    if let Err(e) = spill.tier().close().await {
+        tracing::warn!(error = %e, "NVMe tier: close failed");
+    }
+    tracing::info!(
+        moved,
+        spilled = s.spilled,
+        dropped = s.dropped,
+        "NVMe tier closed"
+    );
+}

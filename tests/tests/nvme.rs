@@ -1,0 +1,260 @@
+//! The NVMe tier under DRAM, through the real binary: a working set four
+//! times DRAM read back byte for byte (inline), Redis semantics for keys
+//! that live on NVMe (DEL, EXISTS, overwrite, TTL, NX), the figures in INFO
+//! and /metrics, and restarts on the same `ssd_path` after kill -9 and
+//! after a graceful stop.
+
+use std::time::Duration;
+
+use strata_tests::{wait_until, within, Server};
+
+const MIB: usize = 1 << 20;
+const VALUE: usize = MIB;
+/// DRAM holds about 30 values of 1 MiB (32 MiB at a 0.95 watermark).
+const DRAM: &str = "32MiB";
+/// Four times DRAM.
+const KEYS: usize = 128;
+// `--ssd-max-value-size 8MiB` sizes NVMe blocks at ~8 MiB, seven values
+// each: 512 MiB never fills here, so foyer never evicts a block (which
+// drops whatever live values it holds, as a cache does).
+
+fn value(i: usize) -> Vec<u8> {
+    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut out = Vec::with_capacity(VALUE + 8);
+    while out.len() < VALUE {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(VALUE);
+    out
+}
+
+fn key(i: usize) -> String {
+    format!("kv:{i:04}")
+}
+
+/// A small DRAM pool over a 512 MiB NVMe tier (at `path`, or a temporary
+/// directory when empty).
+fn tier_args(path: &str) -> Vec<&str> {
+    let mut args = vec![
+        "--cpu-memory-pool-size",
+        DRAM,
+        "--ssd-pool-size",
+        "512MiB",
+        "--ssd-max-value-size",
+        "8MiB",
+    ];
+    if !path.is_empty() {
+        args.extend(["--ssd-path", path]);
+    }
+    args
+}
+
+fn start(path: &str) -> Server {
+    Server::start(&tier_args(path))
+}
+
+fn fill(server: &Server, range: std::ops::Range<usize>) {
+    let mut con = server.client(false);
+    for i in range {
+        let _: () = redis::cmd("SET")
+            .arg(key(i))
+            .arg(value(i))
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("SET {}: {e}", key(i)));
+    }
+}
+
+fn get(con: &mut redis::Connection, i: usize) -> Option<Vec<u8>> {
+    redis::cmd("GET")
+        .arg(key(i))
+        .query(con)
+        .unwrap_or_else(|e| panic!("GET {}: {e}", key(i)))
+}
+
+/// Waits until every evicted value is written to NVMe.
+fn settle(server: &Server) {
+    assert!(
+        wait_until(within(Duration::from_secs(30)), || server
+            .info_field("nvme_spill_queued")
+            == 0),
+        "spill queue never drained"
+    );
+}
+
+#[test]
+fn four_times_dram_reads_back_exact_with_redis_semantics() {
+    let server = start("");
+    fill(&server, 0..KEYS);
+    settle(&server);
+    assert!(server.info_field("nvme_spilled") >= 90, "{}", server.info());
+    assert_eq!(server.info_field("nvme_spill_dropped"), 0);
+    let mut con = server.client(false);
+    for round in 0..2 {
+        for i in 0..KEYS {
+            let got = get(&mut con, i).unwrap_or_else(|| panic!("round {round}: {} lost", key(i)));
+            assert!(got == value(i), "round {round}: {} has wrong bytes", key(i));
+        }
+    }
+    let promoted = server.info_field("nvme_promoted");
+    assert!(promoted >= 2 * 90, "promotions: {promoted}");
+    assert_eq!(server.info_field("nvme_read_errors"), 0);
+    // The second round re-read values that went back down unchanged: their
+    // NVMe copies served, nothing was rewritten.
+    assert!(
+        server.info_field("nvme_spill_kept") >= 60,
+        "{}",
+        server.info()
+    );
+    // INFO and /metrics read the same atomics.
+    assert_eq!(server.metric("strata_promoted_total") as u64, promoted);
+    assert_eq!(
+        server.metric("strata_spilled_total") as u64,
+        server.info_field("nvme_spilled")
+    );
+    assert_eq!(
+        server.metric("strata_tier_capacity_bytes{tier=\"nvme\"}") as u64,
+        server.info_field("nvme_capacity_bytes")
+    );
+    assert!(server.info_field("dram_reserved_bytes") <= 32 * MIB as u64);
+
+    // Push keys 0..4 down again: the whole set once more.
+    fill(&server, 0..KEYS);
+    settle(&server);
+    let below = |i: usize| key(i);
+    // EXISTS counts a key on NVMe; STRLEN and PTTL see it.
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(below(0))
+        .arg(below(1))
+        .arg("nope")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(n, 2);
+    let len: i64 = redis::cmd("STRLEN").arg(below(2)).query(&mut con).unwrap();
+    assert_eq!(len, VALUE as i64);
+    // DEL of a key on NVMe deletes it for good.
+    let n: i64 = redis::cmd("DEL").arg(below(3)).query(&mut con).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(get(&mut con, 3), None);
+    let n: i64 = redis::cmd("DEL").arg(below(3)).query(&mut con).unwrap();
+    assert_eq!(n, 0);
+    // SET NX on a key on NVMe does not apply; a plain SET replaces it.
+    let r: Option<String> = redis::cmd("SET")
+        .arg(below(4))
+        .arg("x")
+        .arg("NX")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r, None, "NX sees the key on NVMe");
+    let _: () = redis::cmd("SET")
+        .arg(below(5))
+        .arg("new")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(get(&mut con, 5).as_deref(), Some(&b"new"[..]));
+
+    // A TTL survives the trip down and up; an expired key does not return.
+    let _: () = redis::cmd("SET")
+        .arg("ttl:live")
+        .arg(value(1))
+        .arg("PX")
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("ttl:dead")
+        .arg(value(2))
+        .arg("PX")
+        .arg(1500)
+        .query(&mut con)
+        .unwrap();
+    fill(&server, 200..240);
+    settle(&server);
+    std::thread::sleep(Duration::from_millis(1600));
+    let pttl: i64 = redis::cmd("PTTL").arg("ttl:live").query(&mut con).unwrap();
+    assert!(pttl > 500_000 && pttl <= 600_000, "PTTL {pttl}");
+    let dead: Option<Vec<u8>> = redis::cmd("GET").arg("ttl:dead").query(&mut con).unwrap();
+    assert_eq!(dead, None);
+
+    // FLUSHALL reaches NVMe too.
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    for i in [0, 1, 2, 200] {
+        assert_eq!(get(&mut con, i), None, "{} after FLUSHALL", key(i));
+    }
+}
+
+#[test]
+fn values_on_nvme_survive_kill_and_a_graceful_stop_keeps_dram_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let mut server = start(&path);
+    fill(&server, 0..96);
+    settle(&server);
+    // The oldest keys were evicted (LRU, nothing read): they are on NVMe.
+    let spilled = server.info_field("nvme_spilled") as usize;
+    assert!(spilled >= 60, "{spilled} spilled");
+    let port = server.port();
+    let metrics = server.metrics_port();
+    server.kill();
+
+    let mut server = Server::start_on(port, metrics, &tier_args(&path));
+    let mut con = server.client(false);
+    for i in 0..spilled {
+        let got = get(&mut con, i).unwrap_or_else(|| panic!("{} lost after kill -9", key(i)));
+        assert!(got == value(i), "{} has wrong bytes after kill -9", key(i));
+    }
+    // Now write everything again and stop gracefully: DRAM goes to NVMe.
+    drop(con);
+    fill(&server, 0..96);
+    let status = server.stop(Duration::from_secs(60));
+    assert!(status.success(), "graceful stop: {status}");
+
+    let server = Server::start_on(port, metrics, &tier_args(&path));
+    let mut con = server.client(false);
+    for i in 0..96 {
+        let got =
+            get(&mut con, i).unwrap_or_else(|| panic!("{} lost after a graceful stop", key(i)));
+        assert!(
+            got == value(i),
+            "{} has wrong bytes after a graceful stop",
+            key(i)
+        );
+    }
+}
+
+#[test]
+fn bad_nvme_config_is_refused_at_start() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--ssd-pool-size", "1MiB"], "ssd_pool_size"),
+        (
+            &["--ssd-pool-size", "64MiB", "--ssd-max-value-size", "64MiB"],
+            "ssd_pool_size",
+        ),
+        (&["--ssd-engine", "aio"], "ssd_engine"),
+        (&["--ssd-direct-io", "maybe"], "ssd_direct_io"),
+        (&["--ssd-max-value-size", "1GiB"], "ssd_max_value_size"),
+        (
+            &[
+                "--ssd-pool-size",
+                "128MiB",
+                "--ssd-path",
+                "/proc/strata-cannot-be-here",
+            ],
+            "ssd_path",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut cmd = strata_tests::server_command();
+        cmd.args(["--port", "1", "--metrics-port", "0", "--data-port", "0"])
+            .args(*args);
+        let exit = strata_tests::run_to_exit(cmd);
+        assert!(!exit.status.success(), "{args:?} started");
+        assert!(
+            exit.stderr.contains(needle),
+            "{args:?}: stderr does not name {needle}:\n{}",
+            exit.stderr
+        );
+    }
+}

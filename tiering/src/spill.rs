@@ -1,0 +1,604 @@
+//! DRAM over NVMe: values evicted from DRAM go down to the NVMe tier, and a
+//! read of a key that is only there brings it back up (promotion) before it
+//! is served. Values are always served from DRAM, so every reader (inline
+//! GET, zero-copy lease, replication) keeps working on arena memory.
+//!
+//! # How a value moves
+//!
+//! - **Down.** Eviction runs under the store's index lock, so
+//!   [`Spill::evicted`] only copies the value into a heap buffer (with a
+//!   small header: version, expiry, creation time) and queues it. Writer
+//!   tasks put queued values into the NVMe tier, a few at a time, one at a
+//!   time per key, so an older copy can never land after a newer one. A
+//!   queued value is already readable: promotion looks in the queue first.
+//!   The queue is bounded by bytes (`queue_bytes`); when a burst of
+//!   evictions outruns the device, further evictions are dropped and
+//!   counted (`dropped`), as any cache drops. Writers that want to avoid
+//!   that wait for room first ([`Spill::wait_for_room`]).
+//! - **Up.** [`Spill::promote`] reads the copy (queue or NVMe), reserves
+//!   DRAM, and publishes it with [`Store::commit_promoted`]: only if no
+//!   write, delete or newer eviction of the key happened meanwhile (those
+//!   mark the promotion stale). The NVMe copy stays: the value is then in
+//!   both tiers with one version, and evicting it again (unchanged) costs
+//!   no write. Without this a read-heavy working set larger than DRAM
+//!   rewrote every value on each trip and foyer, which reclaims whole
+//!   blocks oldest first, dropped live values to make room.
+//! - **Gone.** A DRAM write or delete of a key forgets its lower copy at
+//!   once ([`LowerTier::forget`]); a write that lands afterwards for a
+//!   forgotten key is removed again when it completes.
+//!
+//! `FLUSHALL` cannot enumerate foyer's index: it records the time of the
+//! flush (in a file beside the block files, so it survives a restart) and
+//! copies created before it are treated as absent and removed when met.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+use thiserror::Error;
+use tokio::sync::{mpsc, Notify, Semaphore};
+use xxhash_rust::xxh3::Xxh3Builder;
+
+use crate::nvme::{Backend, FoyerBackend, NvmeError, NvmeStats, NvmeTier};
+use crate::store::{Evicted, LowerTier, Store, StoreError};
+
+/// Bytes in front of every value on NVMe.
+pub const HEADER_BYTES: u64 = 32;
+const MAGIC: &[u8; 4] = b"STV1";
+/// No expiry, in the header's expiry field.
+const NO_EXPIRY: u64 = u64::MAX;
+/// The file that remembers the last `FLUSHALL`.
+const FLUSH_MARK_FILE: &str = "strata-flushed-at";
+
+#[derive(Debug, Clone)]
+pub struct SpillConfig {
+    /// Most bytes of evicted values waiting to be written.
+    pub queue_bytes: u64,
+    /// Writes to the NVMe tier in flight at once.
+    pub writers: usize,
+}
+
+impl Default for SpillConfig {
+    fn default() -> Self {
+        SpillConfig {
+            queue_bytes: 256 << 20,
+            writers: 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PromoteError {
+    #[error(transparent)]
+    Nvme(#[from] NvmeError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Figures for INFO and /metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpillStats {
+    /// Values (and their bytes, with headers) queued or being written.
+    pub queued: u64,
+    pub queued_bytes: u64,
+    /// Values written to NVMe, and their bytes (with headers).
+    pub spilled: u64,
+    pub spilled_bytes: u64,
+    /// Evictions not kept: the queue was full, or the value is larger than
+    /// the NVMe tier accepts.
+    pub dropped: u64,
+    pub too_large: u64,
+    /// Writes that failed (the value was lost from the cache).
+    pub write_errors: u64,
+    /// Values brought back into DRAM, and their bytes.
+    pub promoted: u64,
+    pub promoted_bytes: u64,
+    /// Reads from NVMe that failed (I/O or checksum).
+    pub read_errors: u64,
+    /// Evictions of promoted, unchanged values: their NVMe copy was still
+    /// there, so nothing was written.
+    pub kept: u64,
+    pub nvme: NvmeStats,
+}
+
+struct Pending {
+    gen: u64,
+    blob: Bytes,
+}
+
+#[derive(Default)]
+struct Promotion {
+    refs: u32,
+    /// A write, delete or eviction of the key happened since it started.
+    stale: bool,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<Bytes, Pending, Xxh3Builder>,
+    /// Keys with a write to NVMe in flight (one per key at a time).
+    writing: HashSet<Bytes, Xxh3Builder>,
+    promoting: HashMap<Bytes, Promotion, Xxh3Builder>,
+    next_gen: u64,
+}
+
+impl State {
+    fn take_pending(&mut self, key: &[u8], bytes: &AtomicU64) -> Option<Pending> {
+        let p = self.pending.remove(key)?;
+        bytes.fetch_sub(p.blob.len() as u64, Relaxed);
+        Some(p)
+    }
+
+    fn mark_stale(&mut self, key: &[u8]) {
+        if let Some(p) = self.promoting.get_mut(key) {
+            p.stale = true;
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    spilled: AtomicU64,
+    spilled_bytes: AtomicU64,
+    dropped: AtomicU64,
+    too_large: AtomicU64,
+    write_errors: AtomicU64,
+    promoted: AtomicU64,
+    promoted_bytes: AtomicU64,
+    read_errors: AtomicU64,
+    kept: AtomicU64,
+}
+
+/// The NVMe tier under a store. Create with [`Spill::start`], then
+/// [`Store::attach_lower`] it.
+pub struct Spill<B: Backend = FoyerBackend> {
+    tier: NvmeTier<B>,
+    cfg: SpillConfig,
+    state: Mutex<State>,
+    /// Sum of the queued blobs' lengths (kept under `state`, read without).
+    queued_bytes: AtomicU64,
+    tx: mpsc::UnboundedSender<(Bytes, u64)>,
+    room: Notify,
+    /// Copies created before this time (Unix ms) were flushed.
+    flushed_at_ms: AtomicU64,
+    mark_dir: Option<PathBuf>,
+    counters: Counters,
+}
+
+impl<B: Backend> Spill<B> {
+    /// Wraps an opened tier and starts its writers. `mark_dir` is where the
+    /// `FLUSHALL` mark is kept (the tier's directory; `None` in tests that
+    /// do not restart). Must run inside a tokio runtime.
+    pub fn start(tier: NvmeTier<B>, cfg: SpillConfig, mark_dir: Option<PathBuf>) -> Arc<Self> {
+        let flushed_at = mark_dir
+            .as_ref()
+            .and_then(|d| std::fs::read_to_string(d.join(FLUSH_MARK_FILE)).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let spill = Arc::new(Spill {
+            tier,
+            cfg,
+            state: Mutex::new(State::default()),
+            queued_bytes: AtomicU64::new(0),
+            tx,
+            room: Notify::new(),
+            flushed_at_ms: AtomicU64::new(flushed_at),
+            mark_dir,
+            counters: Counters::default(),
+        });
+        tokio::spawn(writer_loop(Arc::downgrade(&spill), rx));
+        spill
+    }
+
+    pub fn tier(&self) -> &NvmeTier<B> {
+        &self.tier
+    }
+
+    /// Largest value (without header) the tier keeps.
+    fn max_value(&self) -> u64 {
+        self.tier_max().saturating_sub(HEADER_BYTES)
+    }
+
+    fn tier_max(&self) -> u64 {
+        self.tier.max_value_bytes()
+    }
+
+    /// Whether a copy of `key` may be below DRAM (queued or on NVMe). May
+    /// say yes for a key NVMe dropped since; [`Spill::promote`] is exact.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        if self.state.lock().pending.contains_key(key) {
+            return true;
+        }
+        self.tier.contains(&Bytes::copy_from_slice(key))
+    }
+
+    /// Brings `key` up into `store` if a live copy is below. Returns whether
+    /// it is now in DRAM because of this call. An error means the copy
+    /// could not be read (and was dropped when it is corrupt) or DRAM has
+    /// no room; wrong bytes are never published.
+    pub async fn promote(
+        &self,
+        store: &Store,
+        key: &Bytes,
+        now_ms: u64,
+    ) -> Result<bool, PromoteError> {
+        let _registered = PromotionGuard::new(self, key);
+        let queued = self.state.lock().pending.get(key).map(|p| p.blob.clone());
+        let blob = match queued {
+            Some(b) => b,
+            None => match self.tier.get(key).await {
+                Ok(Some(v)) => v.bytes,
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    self.counters.read_errors.fetch_add(1, Relaxed);
+                    return Err(e.into());
+                }
+            },
+        };
+        let Some(header) = Header::parse(&blob) else {
+            // The block checksum matched, so the writer wrote this: not ours.
+            self.counters.read_errors.fetch_add(1, Relaxed);
+            self.drop_copy(key);
+            return Err(NvmeError::Corrupt.into());
+        };
+        let dead = header.expire_at_ms.is_some_and(|at| at <= now_ms)
+            || header.created_ms < self.flushed_at_ms.load(Relaxed);
+        if dead {
+            self.drop_copy(key);
+            return Ok(false);
+        }
+        let value = &blob[HEADER_BYTES as usize..];
+        let mut res = store.reserve(value.len() as u64)?;
+        res.as_mut_slice().copy_from_slice(value);
+        let stored = store.commit_promoted(
+            key.clone(),
+            res,
+            header.version,
+            header.expire_at_ms,
+            now_ms,
+            || {
+                !self
+                    .state
+                    .lock()
+                    .promoting
+                    .get(key)
+                    .is_some_and(|p| p.stale)
+            },
+        );
+        if stored {
+            self.counters.promoted.fetch_add(1, Relaxed);
+            self.counters
+                .promoted_bytes
+                .fetch_add(value.len() as u64, Relaxed);
+        }
+        Ok(stored)
+    }
+
+    /// Drops the lower copy of `key` unless something changed it meanwhile.
+    fn drop_copy(&self, key: &Bytes) {
+        let mut st = self.state.lock();
+        if st.promoting.get(key).is_some_and(|p| p.stale) {
+            return;
+        }
+        st.take_pending(key, &self.queued_bytes);
+        self.tier.forget(key);
+        drop(st);
+        self.room.notify_waiters();
+    }
+
+    /// Waits (at most `max`) until the queue is below three quarters full,
+    /// so that a writer's evictions are kept rather than dropped.
+    pub async fn wait_for_room(&self, max: Duration) {
+        let limit = self.cfg.queue_bytes / 4 * 3;
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let notified = self.room.notified();
+            if self.queued_bytes.load(Relaxed) <= limit {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Whether writers should wait for room before evicting more.
+    pub fn congested(&self) -> bool {
+        self.queued_bytes.load(Relaxed) > self.cfg.queue_bytes / 4 * 3
+    }
+
+    /// Waits (at most `max`) until every queued value is written, then
+    /// until the tier's writes are on the device. For a graceful stop.
+    pub async fn drain(&self, max: Duration) -> Result<(), NvmeError> {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let notified = self.room.notified();
+            if self.queued_bytes.load(Relaxed) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        self.tier.flush().await
+    }
+
+    pub fn stats(&self) -> SpillStats {
+        let c = &self.counters;
+        let queued = self.state.lock().pending.len() as u64;
+        SpillStats {
+            queued,
+            queued_bytes: self.queued_bytes.load(Relaxed),
+            spilled: c.spilled.load(Relaxed),
+            spilled_bytes: c.spilled_bytes.load(Relaxed),
+            dropped: c.dropped.load(Relaxed),
+            too_large: c.too_large.load(Relaxed),
+            write_errors: c.write_errors.load(Relaxed),
+            promoted: c.promoted.load(Relaxed),
+            promoted_bytes: c.promoted_bytes.load(Relaxed),
+            read_errors: c.read_errors.load(Relaxed),
+            kept: c.kept.load(Relaxed),
+            nvme: self.tier.stats(),
+        }
+    }
+
+    /// One write of a queued value; at most one per key runs at a time.
+    async fn write(self: Arc<Self>, key: Bytes, gen: u64) {
+        let blob = {
+            let mut st = self.state.lock();
+            let current = match st.pending.get(&key) {
+                Some(p) if p.gen == gen => p.blob.clone(),
+                // Superseded or forgotten before its turn.
+                _ => return,
+            };
+            if !st.writing.insert(key.clone()) {
+                // The key's previous write is still running; it re-queues
+                // the newest value when it finishes.
+                return;
+            }
+            current
+        };
+        let checksum = crc32c::crc32c(&blob);
+        let len = blob.len() as u64;
+        let result = self.tier.insert(key.clone(), blob, checksum).await;
+        let mut st = self.state.lock();
+        st.writing.remove(&key);
+        let mine = st.pending.get(&key).is_some_and(|p| p.gen == gen);
+        match result {
+            Ok(()) if mine => {
+                st.take_pending(&key, &self.queued_bytes);
+                self.counters.spilled.fetch_add(1, Relaxed);
+                self.counters.spilled_bytes.fetch_add(len, Relaxed);
+            }
+            Ok(()) => {
+                if !st.pending.contains_key(&key) {
+                    // Written, deleted or promoted while this was being
+                    // written: the copy that just landed is obsolete.
+                    self.tier.forget(&key);
+                }
+            }
+            Err(e) if mine => {
+                self.counters.write_errors.fetch_add(1, Relaxed);
+                st.take_pending(&key, &self.queued_bytes);
+                tracing::warn!(error = %e, "nvme: spill write failed; the evicted value is dropped");
+            }
+            // Superseded while being written (a forget removes the entry
+            // from foyer's index, which the write then reports as missing):
+            // nothing was lost.
+            Err(_) => {
+                if !st.pending.contains_key(&key) {
+                    self.tier.forget(&key);
+                }
+            }
+        }
+        // A newer value of this key arrived during the write: its turn now.
+        let next = st.pending.get(&key).map(|p| p.gen);
+        drop(st);
+        if let Some(next) = next {
+            let _ = self.tx.send((key, next));
+        }
+        self.room.notify_waiters();
+    }
+}
+
+impl<B: Backend> LowerTier for Spill<B> {
+    fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted) {
+        // Read back from NVMe and unchanged: the copy there is this one.
+        if info.clean && (self.state.lock().pending.contains_key(key) || self.tier.contains(key)) {
+            self.counters.kept.fetch_add(1, Relaxed);
+            return;
+        }
+        if value.len() as u64 > self.max_value() {
+            self.counters.too_large.fetch_add(1, Relaxed);
+            return;
+        }
+        let len = value.len() as u64 + HEADER_BYTES;
+        if self.queued_bytes.load(Relaxed) + len > self.cfg.queue_bytes {
+            self.counters.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        let mut blob = BytesMut::with_capacity(len as usize);
+        Header {
+            checksum: info.checksum,
+            version: info.version,
+            expire_at_ms: info.expire_at_ms,
+            created_ms: info.created_ms,
+        }
+        .put(&mut blob);
+        blob.put_slice(value);
+        let blob = blob.freeze();
+        let gen = {
+            let mut st = self.state.lock();
+            st.next_gen += 1;
+            let gen = st.next_gen;
+            st.take_pending(key, &self.queued_bytes);
+            self.queued_bytes.fetch_add(len, Relaxed);
+            st.pending.insert(key.clone(), Pending { gen, blob });
+            st.mark_stale(key);
+            gen
+        };
+        let _ = self.tx.send((key.clone(), gen));
+    }
+
+    fn forget(&self, key: &[u8]) -> bool {
+        let mut st = self.state.lock();
+        st.mark_stale(key);
+        let queued = st.take_pending(key, &self.queued_bytes).is_some();
+        let on_nvme = self.tier.forget(&Bytes::copy_from_slice(key));
+        drop(st);
+        if queued {
+            self.room.notify_waiters();
+        }
+        queued || on_nvme
+    }
+
+    fn clear(&self, now_ms: u64) {
+        {
+            let mut st = self.state.lock();
+            st.pending.clear();
+            self.queued_bytes.store(0, Relaxed);
+            for p in st.promoting.values_mut() {
+                p.stale = true;
+            }
+        }
+        self.flushed_at_ms.fetch_max(now_ms + 1, Relaxed);
+        if let Some(dir) = &self.mark_dir {
+            let tmp = dir.join(format!("{FLUSH_MARK_FILE}.tmp"));
+            let at = self.flushed_at_ms.load(Relaxed);
+            let written = std::fs::write(&tmp, at.to_string())
+                .and_then(|()| std::fs::rename(&tmp, dir.join(FLUSH_MARK_FILE)));
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "nvme: cannot record FLUSHALL; flushed values may come back after a restart");
+            }
+        }
+        self.room.notify_waiters();
+    }
+}
+
+/// Registers a promotion of a key for as long as it runs.
+struct PromotionGuard<'a, B: Backend> {
+    spill: &'a Spill<B>,
+    key: &'a Bytes,
+}
+
+impl<'a, B: Backend> PromotionGuard<'a, B> {
+    fn new(spill: &'a Spill<B>, key: &'a Bytes) -> Self {
+        let mut st = spill.state.lock();
+        st.promoting.entry(key.clone()).or_default().refs += 1;
+        PromotionGuard { spill, key }
+    }
+}
+
+impl<B: Backend> Drop for PromotionGuard<'_, B> {
+    fn drop(&mut self) {
+        let mut st = self.spill.state.lock();
+        if let Some(p) = st.promoting.get_mut(self.key) {
+            p.refs -= 1;
+            if p.refs == 0 {
+                st.promoting.remove(self.key);
+            }
+        }
+    }
+}
+
+async fn writer_loop<B: Backend>(
+    spill: Weak<Spill<B>>,
+    mut rx: mpsc::UnboundedReceiver<(Bytes, u64)>,
+) {
+    let writers = spill.upgrade().map_or(1, |s| s.cfg.writers.max(1));
+    let slots = Arc::new(Semaphore::new(writers));
+    while let Some((key, gen)) = rx.recv().await {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(spill) = spill.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            spill.write(key, gen).await;
+            drop(permit);
+        });
+    }
+}
+
+/// What is stored in front of a value on NVMe (little endian):
+/// magic `STV1`, CRC32C of the value, version, expiry (Unix ms, `u64::MAX`
+/// = none), creation time (Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    checksum: u32,
+    version: u64,
+    expire_at_ms: Option<u64>,
+    created_ms: u64,
+}
+
+impl Header {
+    fn put(&self, buf: &mut BytesMut) {
+        buf.put_slice(MAGIC);
+        buf.put_u32_le(self.checksum);
+        buf.put_u64_le(self.version);
+        buf.put_u64_le(self.expire_at_ms.unwrap_or(NO_EXPIRY));
+        buf.put_u64_le(self.created_ms);
+    }
+
+    /// The header, if `blob` has one and its value matches its checksum.
+    fn parse(blob: &[u8]) -> Option<Header> {
+        if blob.len() < HEADER_BYTES as usize || &blob[..4] != MAGIC {
+            return None;
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(blob[i..i + 8].try_into().expect("8 bytes"));
+        let checksum = u32::from_le_bytes(blob[4..8].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&blob[HEADER_BYTES as usize..]) != checksum {
+            return None;
+        }
+        let expire = u64_at(16);
+        Some(Header {
+            checksum,
+            version: u64_at(8),
+            expire_at_ms: (expire != NO_EXPIRY).then_some(expire),
+            created_ms: u64_at(24),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_rejects_damage() {
+        let value = b"some value bytes";
+        let h = Header {
+            checksum: crc32c::crc32c(value),
+            version: 42 << 20 | 7,
+            expire_at_ms: Some(123_456),
+            created_ms: 99,
+        };
+        let mut buf = BytesMut::new();
+        h.put(&mut buf);
+        assert_eq!(buf.len() as u64, HEADER_BYTES);
+        buf.put_slice(value);
+        assert_eq!(Header::parse(&buf), Some(h));
+        let mut bad = buf.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(Header::parse(&bad), None, "value damage is caught");
+        let mut bad = buf.clone();
+        bad[0] = b'X';
+        assert_eq!(Header::parse(&bad), None, "foreign bytes are refused");
+        assert_eq!(Header::parse(&buf[..10]), None);
+        let none = Header {
+            expire_at_ms: None,
+            ..h
+        };
+        let mut buf = BytesMut::new();
+        none.put(&mut buf);
+        buf.put_slice(value);
+        assert_eq!(Header::parse(&buf).unwrap().expire_at_ms, None);
+    }
+}
