@@ -14,6 +14,7 @@
 mod dataplane;
 mod error;
 pub mod faulty;
+pub mod handshake;
 mod region;
 pub mod tcp;
 mod transport;

@@ -4,8 +4,8 @@
 //! descriptor is the NIC's) and pulls bytes with RDMA READ work requests
 //! posted straight into the destination region: no copy, no CPU on the
 //! owner's side. Queue pairs are connected through a TCP side channel on
-//! the data port ([`handshake`]); the side channel stays open as the queue
-//! pair's lifeline.
+//! the data port ([`crate::handshake`]); the side channel stays open as the
+//! queue pair's lifeline.
 //!
 //! A read is split into slices of [`SLICE_BYTES`], at most [`WINDOW`] in
 //! flight per queue pair; a read of [`STRIPE_MIN_BYTES`] or more is striped
@@ -22,7 +22,6 @@
 mod completion;
 #[cfg(feature = "cuda")]
 pub mod gpu;
-pub mod handshake;
 mod nic;
 
 use std::collections::HashMap;
@@ -43,9 +42,9 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::timeout;
 
 use self::completion::{Completions, WcStatus};
-use self::handshake::{Hello, HELLO_LEN};
 pub use self::nic::NoDevice;
 use self::nic::{fail_qp, verbs_err, Nic};
+use crate::handshake::{Hello, HELLO_LEN};
 use crate::region::{HwKey, RegionTable};
 use crate::tcp::TcpStats;
 use crate::{Descriptor, ReadGuard, Region, TransferError, Transport, TransportKind};

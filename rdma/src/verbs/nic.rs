@@ -16,8 +16,8 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
-use super::handshake::Hello;
 use super::{CQ_DEPTH, WINDOW};
+use crate::handshake::Hello;
 use crate::TransferError;
 
 /// Port of the device used; multi-port NICs expose each port as its own

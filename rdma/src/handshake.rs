@@ -5,7 +5,8 @@
 //! with its own [`Hello`], and both move their queue pairs to ready. The TCP
 //! connection then stays open for as long as the queue pair lives: when
 //! either side closes it, the other destroys its queue pair. Wire form:
-//! `docs/PROTOCOL.md`, "RDMA handshake". Pure: no sockets, no verbs.
+//! `docs/PROTOCOL.md`, "RDMA handshake". Pure (no sockets, no verbs), so it
+//! is built and tested without the `rdma` feature too.
 
 /// Bytes of one encoded [`Hello`].
 pub const HELLO_LEN: usize = 36;
