@@ -60,7 +60,7 @@ echo "promotions during the GET phase: $(( after - before ))"
 kill $PID; wait $PID 2>/dev/null || true
 
 echo "== fio: random $SIZE O_DIRECT reads, $CONC jobs, in $DIR"
-fio --name=nvme-read --directory="$DIR" --rw=randread --bs="$SIZE" --direct=1 \
+fio --name=nvme-read --directory="$DIR" --rw=randread --bs="$size_bytes" --direct=1 \
   --size=256M --numjobs="$CONC" --ioengine=psync --time_based --runtime="$SECS" \
   --group_reporting --output-format=terse --terse-version=3 >"$DIR.fio"
 # terse v3: field 7 = read bandwidth in KiB/s.

@@ -6,8 +6,9 @@
 #   STRATA_BENCH_TOOL=strata-bench, or auto with strata-bench in the image:
 #       strata-bench --addr $STRATA_BENCH_ADDR $STRATA_BENCH_ARGS (verification
 #       is on by default). It routes by the cluster's slot map and follows
-#       -MOVED; the default arguments use inline values, because the bench
-#       container's data plane is not reachable from the nodes.
+#       -MOVED. Default: zero-copy PUT/GET (the data plane on 0.0.0.0 with
+#       this container's address in its descriptors, so the nodes can pull
+#       PUT payloads from it), then inline SET/GET.
 #   otherwise (no strata-bench, or STRATA_BENCH_TOOL=redis-cli):
 #       writes STRATA_BENCH_KEYS keys of STRATA_BENCH_VALUE_SIZE bytes with
 #       known values through `redis-cli -c` (follows -MOVED), entering the
@@ -51,10 +52,21 @@ have_bench=0
 command -v strata-bench >/dev/null && have_bench=1
 if [ "$TOOL" != redis-cli ] && [ "$have_bench" = 1 ]; then
     addr=${STRATA_BENCH_ADDR:-$(IFS=,; echo "${NODES[*]}")}
-    # shellcheck disable=SC2086 # STRATA_BENCH_ARGS is a list of flags
-    set -- ${STRATA_BENCH_ARGS:---api inline --sizes 4KiB,64KiB --keys 64 --ops put,get --verify true}
-    log "strata-bench --addr $addr $*"
-    exec strata-bench --addr "$addr" "$@"
+    if [ -n "${STRATA_BENCH_ARGS:-}" ]; then
+        # shellcheck disable=SC2086 # STRATA_BENCH_ARGS is a list of flags
+        set -- $STRATA_BENCH_ARGS
+        log "strata-bench --addr $addr $*"
+        exec strata-bench --addr "$addr" "$@"
+    fi
+    # Zero-copy: the nodes pull PUT payloads from this container's data
+    # plane, so it listens on 0.0.0.0 and names this container's address.
+    me=$(hostname -i | awk '{print $1}')
+    zc=(--api zerocopy --data-bind 0.0.0.0:0 --data-advertise "$me" --sizes 4KiB,1MiB --keys 64 --ops put,get --verify true)
+    log "strata-bench --addr $addr ${zc[*]}"
+    strata-bench --addr "$addr" "${zc[@]}"
+    inline=(--api inline --sizes 4KiB,64KiB --keys 64 --ops put,get --verify true)
+    log "strata-bench --addr $addr ${inline[*]}"
+    exec strata-bench --addr "$addr" "${inline[@]}"
 elif [ "$TOOL" = strata-bench ]; then
     log "STRATA_BENCH_TOOL=strata-bench but strata-bench is not in this image (build it on branch client, rerun scripts/images.sh)"
     exit 1

@@ -144,7 +144,7 @@ fi
 # Each node got its own pool size, and /metrics is on the loopback port.
 for s in "${NODES[@]}"; do
     metrics=$(curl -fsS -m 5 "http://127.0.0.1:${METRICS_PORT[$s]}/metrics" || true)
-    cap=$(awk '/^strata_tier_capacity_bytes/ {print $2; exit}' <<<"$metrics")
+    cap=$(awk '/^strata_tier_capacity_bytes\{tier="dram"\}/ {print $2; exit}' <<<"$metrics")
     if [ "${cap%.*}" = "${POOL[$s]}" ]; then
         pass "$s /metrics on 127.0.0.1:${METRICS_PORT[$s]}: dram capacity $cap"
     else

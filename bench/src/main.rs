@@ -110,6 +110,14 @@ struct Args {
     /// How long an operation keeps retrying while a cluster node is down.
     #[arg(long, default_value_t = 5000)]
     failover_timeout_ms: u64,
+    /// Where this client's data plane listens (nodes connect to it to pull
+    /// PUT payloads).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    data_bind: std::net::SocketAddr,
+    /// Host the nodes dial for this client's data plane, when `--data-bind`
+    /// is 0.0.0.0 (e.g. this container's address).
+    #[arg(long)]
+    data_advertise: Option<String>,
     /// zerocopy (strata only) or inline (SET/GET through RESP).
     #[arg(long, value_enum)]
     api: Option<Api>,
@@ -339,6 +347,8 @@ fn new_plan(
         .collect();
     let mut client = ClientConfig::with_seeds(args.addr.iter().cloned());
     client.failover_timeout_ms = args.failover_timeout_ms;
+    client.data_bind = args.data_bind;
+    client.data_advertise = args.data_advertise.clone();
     Plan {
         client,
         api,

@@ -32,6 +32,11 @@ pub struct ClientConfig {
     /// Where this client's data-plane listener binds; nodes connect to it to
     /// pull PUT payloads, so it must be reachable from them.
     pub data_bind: SocketAddr,
+    /// Host that nodes dial to reach the data plane, put in this client's
+    /// descriptors instead of the bound address (needed when `data_bind` is
+    /// `0.0.0.0`, e.g. in a container: set it to an address the nodes can
+    /// route to). `None`: the bound address.
+    pub data_advertise: Option<String>,
     /// Extra tries after the first: for `BUSY` and stale reads, for socket
     /// failures when `failover_enabled` is off, and the most `-MOVED`
     /// redirects followed in a row.
@@ -63,6 +68,7 @@ impl ClientConfig {
         Self {
             seeds: seeds.into_iter().map(Into::into).collect(),
             data_bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_advertise: None,
             retry_attempts: 3,
             timeout: Duration::from_secs(30),
             failover_enabled: true,
@@ -100,7 +106,7 @@ impl Client {
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
     pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
-        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, None)
+        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, cfg.data_advertise.clone())
             .await
             .map_err(|e| match e {
                 strata_rdma::StartError::Transport(t) => Error::from(t),
