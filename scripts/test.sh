@@ -86,6 +86,14 @@ PATH="$VENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$VENV/bin/pip" insta
 step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"
 FUZZ_TARGETS="request_scan descriptor glob" bash scripts/fuzz.sh 10
 
+# --- 6a. RDMA for real: verbs on soft-RoCE in a VM ------------------------------
+# Builds with --features rdma (installing cmake/libclang-dev and qemu when
+# missing), lints that build, boots one Debian-kernel VM with rxe0/rxe1 and
+# runs the RDMA tests and the ib_read_bw comparison inside it (a few
+# minutes under TCG). Fails if the VM cannot boot: it never skips.
+step "RDMA over soft-RoCE (scripts/rdma-test.sh)"
+bash scripts/rdma-test.sh
+
 # --- 6. The docker-compose cluster end to end ---------------------------------
 # Builds the images locally (debootstrap base once, then the debug binaries
 # built above: no second compile), brings etcd + 3 nodes up, runs the bench

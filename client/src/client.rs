@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis_protocol::resp2::types::BytesFrame;
-use strata_rdma::tcp::{TcpStats, TcpTransport};
-use strata_rdma::{Descriptor, Region, Transport};
+use strata_rdma::tcp::TcpStats;
+use strata_rdma::{DataPlane, Descriptor, Protocol, Region, Transport};
 use strata_ring::key_slot;
 
 use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected};
@@ -53,6 +53,9 @@ pub struct ClientConfig {
     /// that failed are probed again (0: never; refreshes still follow
     /// redirects and failures).
     pub health_check_interval_ms: u64,
+    /// Data plane of this client; must match the nodes' `protocol` (their
+    /// descriptors name it). RDMA needs the `rdma` feature.
+    pub protocol: Protocol,
 }
 
 impl ClientConfig {
@@ -71,6 +74,7 @@ impl ClientConfig {
             failover_enabled: true,
             failover_timeout_ms: 5000,
             health_check_interval_ms: 2000,
+            protocol: Protocol::Tcp,
         }
     }
 }
@@ -80,7 +84,7 @@ impl ClientConfig {
 /// serialized on its command connection, data-plane reads run in parallel.
 pub struct Client {
     cfg: ClientConfig,
-    transport: Arc<TcpTransport>,
+    transport: Arc<DataPlane>,
     router: Arc<Router>,
     health: Option<tokio::task::JoinHandle<()>>,
 }
@@ -102,11 +106,15 @@ impl Client {
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
     pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
-        let tcp = strata_rdma::tcp::TcpConfig {
-            advertise_host: cfg.data_advertise.clone(),
-            ..Default::default()
-        };
-        let transport = TcpTransport::bind_with(cfg.data_bind, tcp).await?;
+        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, cfg.data_advertise.clone())
+            .await
+            .map_err(|e| match e {
+                strata_rdma::StartError::Transport(t) => Error::from(t),
+                // No RDMA device, or RDMA not built in: a setup problem the
+                // message explains.
+                other => Error::Io(std::io::Error::other(other.to_string())),
+            })?;
+        let transport = Arc::new(transport);
         let router = Router::connect(cfg.clone()).await?;
         let health = router.spawn_health_check();
         Ok(Self {

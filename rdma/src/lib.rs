@@ -3,20 +3,26 @@
 //! A process registers memory regions with a [`Transport`] and hands out
 //! descriptors for them; a peer holding a descriptor pulls the bytes with
 //! [`Transport::read`] without the owner's application code taking part.
-//! [`tcp::TcpTransport`] emulates this over TCP; a verbs transport (RDMA
-//! READ) will sit beside it behind the same trait.
+//! [`tcp::TcpTransport`] emulates this over TCP; `verbs::VerbsTransport`
+//! (cargo feature `rdma`) does it with RDMA READ. [`DataPlane`] picks one
+//! at start-up from config.
 //!
 //! This crate moves bytes and checks bounds; it never decides what is stored,
 //! never interprets payloads and never imports `tiering` (the store plugs in
 //! through [`ReadGuard`]).
 
+mod dataplane;
 mod error;
 pub mod faulty;
+pub mod handshake;
 mod region;
 pub mod tcp;
 mod transport;
+#[cfg(feature = "rdma")]
+pub mod verbs;
 mod wire;
 
+pub use dataplane::{DataPlane, Protocol, StartError};
 pub use error::TransferError;
 pub use region::{ReadGuard, Refusal, Region, REGIONS_MAX};
 pub use strata_proto::desc::{Descriptor, TransportKind};

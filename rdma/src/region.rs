@@ -52,6 +52,17 @@ pub struct Region {
     rkey: u32,
     entry: Arc<Entry>,
     table: Arc<RegionTable>,
+    /// The NIC's registration when a verbs transport made this region:
+    /// dropped (deregistered) with the handle, after the table entry.
+    hw: Option<HwKey>,
+}
+
+/// A memory registration held by the NIC: its local key and the handle
+/// whose drop deregisters it (so the rkey stops working).
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+pub(crate) struct HwKey {
+    pub(crate) lkey: u32,
+    pub(crate) _mr: Box<dyn Any + Send + Sync>,
 }
 
 impl Region {
@@ -73,6 +84,11 @@ impl Region {
     /// Key peers must present to read this region.
     pub fn rkey(&self) -> u32 {
         self.rkey
+    }
+
+    /// The NIC's local key, for regions a verbs transport registered.
+    pub(crate) fn lkey(&self) -> Option<u32> {
+        self.hw.as_ref().map(|h| h.lkey)
     }
 
     /// Deregisters now, without waiting for reads in progress.
@@ -218,6 +234,37 @@ impl RegionTable {
         len: u64,
         guard: Option<Arc<dyn ReadGuard>>,
     ) -> Result<Region, TransferError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.insert(addr, len, guard, None) }
+    }
+
+    /// Adds a region the NIC registered, under the NIC's rkey. The NIC
+    /// serves reads itself, so no guard is asked per read (see
+    /// `docs/OPERATIONS.md`, "RDMA and leases").
+    ///
+    /// # Safety
+    /// As [`RegionTable::register`].
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+    pub(crate) unsafe fn register_hw(
+        self: &Arc<Self>,
+        addr: u64,
+        len: u64,
+        hw: HwKey,
+        rkey: u32,
+    ) -> Result<Region, TransferError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.insert(addr, len, None, Some((hw, rkey))) }
+    }
+
+    /// # Safety
+    /// As [`RegionTable::register`].
+    unsafe fn insert(
+        self: &Arc<Self>,
+        addr: u64,
+        len: u64,
+        guard: Option<Arc<dyn ReadGuard>>,
+        hw: Option<(HwKey, u32)>,
+    ) -> Result<Region, TransferError> {
         if addr == 0 || len == 0 || addr.checked_add(len).is_none() {
             return Err(TransferError::BadDescriptor(
                 "region is null, empty or wraps the address space",
@@ -234,11 +281,16 @@ impl RegionTable {
         if regions.len() >= REGIONS_MAX {
             return Err(TransferError::Busy("region table full"));
         }
-        let rkey = loop {
-            let candidate = self.next_random() as u32;
-            if candidate != 0 && !regions.contains_key(&candidate) {
-                break candidate;
-            }
+        let (rkey, hw) = match hw {
+            // The NIC issues unique rkeys for live registrations.
+            Some((hw, rkey)) if !regions.contains_key(&rkey) => (rkey, Some(hw)),
+            Some(_) => return Err(TransferError::Busy("NIC reissued a live rkey")),
+            None => loop {
+                let candidate = self.next_random() as u32;
+                if candidate != 0 && !regions.contains_key(&candidate) {
+                    break (candidate, None);
+                }
+            },
         };
         regions.insert(rkey, Arc::clone(&entry));
         Ok(Region {
@@ -247,6 +299,7 @@ impl RegionTable {
             rkey,
             entry,
             table: Arc::clone(self),
+            hw,
         })
     }
 

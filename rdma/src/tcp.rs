@@ -321,6 +321,13 @@ impl Transport for TcpTransport {
                 max: READ_LEN_MAX,
             });
         }
+        if dst.lkey().is_some() {
+            // A NIC registration may name memory the CPU cannot address
+            // (GPU memory); only the transport that made it may use it.
+            return Err(TransferError::BadDescriptor(
+                "destination was registered with the verbs transport",
+            ));
+        }
         let start = dst.slice_ptr(dst_offset, src.len)?;
         // SAFETY: `dst` is live for this call (we hold a reference), so by
         // the registration contract its memory is valid for writes and no

@@ -87,7 +87,15 @@ const KEYS: &[(&str, &str)] = &[
         "ssd_spill_queue_size",
         "bytes of evicted values waiting to be written to NVMe",
     ),
-    ("protocol", "transfer protocol for payloads"),
+    ("protocol", "data plane for payloads: tcp or rdma"),
+    (
+        "device_name",
+        "RDMA device for protocol rdma (empty = first active RoCEv2 port)",
+    ),
+    (
+        "rdma_fallback_tcp",
+        "with protocol rdma: use tcp (and warn) when no RDMA device works",
+    ),
     (
         "log_level",
         "tracing filter, e.g. info or strata_server=debug",
@@ -160,6 +168,10 @@ pub struct Cli {
     ssd_spill_queue_size: Option<String>,
     #[arg(long, env = "STRATA_PROTOCOL")]
     protocol: Option<String>,
+    #[arg(long, env = "STRATA_DEVICE_NAME")]
+    device_name: Option<String>,
+    #[arg(long, env = "STRATA_RDMA_FALLBACK_TCP")]
+    rdma_fallback_tcp: Option<String>,
     #[arg(long, env = "STRATA_LOG_LEVEL")]
     log_level: Option<String>,
 }
@@ -201,6 +213,8 @@ impl Cli {
             ("ssd_direct_io", self.ssd_direct_io.as_ref()),
             ("ssd_spill_queue_size", self.ssd_spill_queue_size.as_ref()),
             ("protocol", self.protocol.as_ref()),
+            ("device_name", self.device_name.as_ref()),
+            ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
             ("log_level", self.log_level.as_ref()),
         ]
     }
@@ -243,6 +257,12 @@ pub struct Config {
     pub ssd_direct_io: bool,
     pub ssd_spill_queue_size: u64,
     pub protocol: String,
+    /// RDMA device (`rxe0`, `mlx5_0`); empty auto-detects.
+    pub device_name: String,
+    /// With `protocol: rdma`, start on TCP (one warning) instead of failing
+    /// when no RDMA device works. Off by default: a node silently on TCP
+    /// is a performance incident nobody asked for.
+    pub rdma_fallback_tcp: bool,
     pub log_level: String,
 }
 
@@ -311,6 +331,8 @@ impl Default for Config {
             ssd_direct_io: true,
             ssd_spill_queue_size: DEFAULT_SPILL_QUEUE,
             protocol: "tcp".into(),
+            device_name: String::new(),
+            rdma_fallback_tcp: false,
             log_level: "info".into(),
         }
     }
@@ -557,12 +579,20 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "replica_num" => cfg.replica_num = int_in(v, 1, MAX_REPLICAS)? as u32,
         "node_ttl_s" => cfg.node_ttl_s = int_in(v, 1, 60)? as u32,
         "protocol" => {
-            if v != "tcp" {
-                return Err(format!(
-                    "{v:?} is not available (allowed: tcp; rdma is not built into this release)"
-                ));
+            // Whether this binary has RDMA, and whether a device works, is
+            // checked when the data plane starts.
+            if v != "tcp" && v != "rdma" {
+                return Err(format!("{v:?} is not a protocol (allowed: tcp, rdma)"));
             }
             cfg.protocol = v.into();
+        }
+        "device_name" => cfg.device_name = name(v, true)?,
+        "rdma_fallback_tcp" => {
+            cfg.rdma_fallback_tcp = match v.trim() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => return Err(format!("{v:?} is not a boolean (true or false)")),
+            }
         }
         "ssd_path" => {
             if v.contains('\0') {
@@ -656,6 +686,8 @@ impl Config {
                 self.ssd_spill_queue_size.to_string(),
             ),
             ("protocol", self.protocol.clone()),
+            ("device_name", self.device_name.clone()),
+            ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),
             ("log_level", self.log_level.clone()),
             // redis-benchmark asks for these at start; we persist nothing.
             ("save", String::new()),
@@ -683,6 +715,18 @@ impl Config {
         }
         if self.node_id.is_empty() {
             self.node_id = format!("{}:{}", self.host_name, self.port);
+        }
+    }
+
+    /// The data plane to start, from `protocol`, `device_name` and
+    /// `rdma_fallback_tcp`.
+    pub fn data_protocol(&self) -> strata_rdma::Protocol {
+        match self.protocol.as_str() {
+            "rdma" => strata_rdma::Protocol::Rdma {
+                device_name: (!self.device_name.is_empty()).then(|| self.device_name.clone()),
+                fallback_tcp: self.rdma_fallback_tcp,
+            },
+            _ => strata_rdma::Protocol::Tcp,
         }
     }
 
@@ -738,7 +782,8 @@ mod tests {
             ("port", "70000"),
             ("cpu_memory_pool_size", "1KiB"),
             ("eviction_high_watermark", "2"),
-            ("protocol", "rdma"),
+            ("protocol", "udp"),
+            ("rdma_fallback_tcp", "maybe"),
             ("bogus", "1"),
             ("bind", "localhost:1"),
         ])
@@ -747,7 +792,8 @@ mod tests {
             "port: 70000 is out of range (allowed 1 ..= 65535)",
             "cpu_memory_pool_size: 1KiB is out of range (allowed 4MiB ..= 64TiB)",
             "eviction_high_watermark: 2 is out of range",
-            "protocol: \"rdma\" is not available",
+            "protocol: \"udp\" is not a protocol (allowed: tcp, rdma)",
+            "rdma_fallback_tcp: \"maybe\" is not a boolean",
             "bogus: unknown key",
             "bind: \"localhost:1\" is not an IP address",
         ] {
@@ -764,6 +810,27 @@ mod tests {
         assert_eq!(c.max_value_size, MIB);
         assert!(parse_file("[1]").is_err());
         assert!(parse_file(r#"{"port": [1]}"#).is_err());
+    }
+
+    #[test]
+    fn rdma_selection() {
+        let c = v(&[("protocol", "rdma"), ("device_name", "rxe0")]).unwrap();
+        assert_eq!(
+            c.data_protocol(),
+            strata_rdma::Protocol::Rdma {
+                device_name: Some("rxe0".into()),
+                fallback_tcp: false
+            }
+        );
+        let c = v(&[("protocol", "rdma"), ("rdma_fallback_tcp", "true")]).unwrap();
+        assert_eq!(
+            c.data_protocol(),
+            strata_rdma::Protocol::Rdma {
+                device_name: None,
+                fallback_tcp: true
+            }
+        );
+        assert_eq!(v(&[]).unwrap().data_protocol(), strata_rdma::Protocol::Tcp);
     }
 
     #[test]

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use strata_proto::Limits;
-use strata_rdma::tcp::TcpTransport;
-use strata_rdma::{Region, Transport};
+use strata_rdma::{DataPlane, Region, Transport};
 use strata_tiering::{Store, StoreConfig};
 use tokio::sync::Semaphore;
 
@@ -47,8 +46,9 @@ pub struct Node {
     pub spill: Option<Arc<strata_tiering::spill::Spill>>,
     /// Keeps the NVMe tier's directory (a temporary one is removed on drop).
     pub lower: Option<crate::tiers::Lower>,
-    /// The data plane: serves reads of the arena, pulls PUT payloads.
-    pub transport: Arc<TcpTransport>,
+    /// The data plane (TCP or RDMA, from `protocol`): serves reads of the
+    /// arena, pulls PUT payloads.
+    pub transport: Arc<DataPlane>,
     pub leases: Arc<Leases>,
     /// Placement and routing.
     pub cluster: Cluster,
@@ -99,22 +99,23 @@ impl Node {
         let data_addr = std::net::SocketAddr::new(cfg.bind, cfg.data_port);
         // Descriptors name `advertise_host`, not the bind address: peers
         // cannot dial 0.0.0.0.
-        let tcp = strata_rdma::tcp::TcpConfig {
-            advertise_host: Some(cfg.advertise_host.clone()),
-            ..Default::default()
-        };
-        let transport = TcpTransport::bind_with(data_addr, tcp)
-            .await
-            .with_context(|| {
-                format!("cannot listen for the data plane on {data_addr} (data_port)")
-            })?;
+        let transport = DataPlane::start(
+            data_addr,
+            &cfg.data_protocol(),
+            Some(cfg.advertise_host.clone()),
+        )
+        .await
+        .with_context(|| format!("cannot start the data plane on {data_addr} (data_port)"))?;
+        let transport = Arc::new(transport);
         let leases = Arc::new(Leases::default());
         let (base, len) = store.region();
         // SAFETY: the arena stays mapped for as long as `store` lives, and
         // `arena_region` is dropped before `store` (field order). Reads are
         // only served for values pinned by a lease (LeaseGuard), and the
         // store never writes a committed value, so nothing writes the bytes
-        // being sent.
+        // being sent. Over RDMA the NIC serves reads without asking the
+        // guard: the lease is checked when GET hands out the descriptor
+        // (docs/OPERATIONS.md, "RDMA and leases").
         let arena_region = unsafe {
             transport.register(base as u64, len, Some(Arc::new(LeaseGuard(leases.clone()))))
         }

@@ -57,8 +57,8 @@ fn bad_flags_are_refused_naming_key_and_range() {
             "eviction_high_watermark: 2 is out of range (allowed 0.5 ..= 1.0)",
         ),
         (
-            ["--protocol", "rdma"],
-            "protocol: \"rdma\" is not available (allowed: tcp",
+            ["--protocol", "udp"],
+            "protocol: \"udp\" is not a protocol (allowed: tcp, rdma)",
         ),
     ] {
         let exit = run(|c| {
@@ -71,9 +71,9 @@ fn bad_flags_are_refused_naming_key_and_range() {
 #[test]
 fn every_bad_value_is_reported_at_once() {
     let exit = run(|c| {
-        c.args(["--port", "70000", "--protocol", "rdma"]);
+        c.args(["--port", "70000", "--protocol", "udp"]);
     });
-    assert_refused(&exit, &["port: 70000", "protocol: \"rdma\""]);
+    assert_refused(&exit, &["port: 70000", "protocol: \"udp\""]);
 }
 
 #[test]
