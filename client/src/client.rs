@@ -260,8 +260,27 @@ impl Client {
             .await?;
         let lease = Lease::parse(reply)?;
         let read = self.pull(&lease, region, offset, capacity).await;
-        node.release(&[lease.id]).await;
+        if self.reads_are_guarded() {
+            node.release(&[lease.id]).await;
+            return read;
+        }
+        let live = node.release_confirmed(&[lease.id]).await?;
+        if live < 1 {
+            return Err(Error::Stale(
+                "the lease ended before the read finished; the bytes are not trusted".into(),
+            ));
+        }
         read
+    }
+
+    /// Whether the node's data plane checks each read against its leases
+    /// (TCP: a read after the lease ended fails with STALE). Over RDMA the
+    /// NIC serves reads without asking the node, so a read that outlived
+    /// its lease could see reused memory: the bytes count only if RELEASE
+    /// confirms the lease was still live, i.e. the value stayed pinned for
+    /// the whole read. That costs one round trip per GET (or batch).
+    fn reads_are_guarded(&self) -> bool {
+        self.transport.kind() == strata_rdma::TransportKind::Tcp
     }
 
     /// Puts every `(key, buffer, range)` with MPUT: up to [`BATCH_MAX`]
@@ -419,9 +438,22 @@ impl Client {
             let (_, buf, offset) = &chunk[*i];
             self.pull(lease, buf.region(), *offset, *capacity)
         });
-        let outcomes = futures::future::join_all(reads).await;
+        let mut outcomes = futures::future::join_all(reads).await;
         let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
-        node.release(&ids).await;
+        if self.reads_are_guarded() {
+            node.release(&ids).await;
+        } else {
+            // See `reads_are_guarded`. Which lease ended is not said, so
+            // every read of the batch is retried alone.
+            let live = node.release_confirmed(&ids).await?;
+            if live < ids.len() as i64 {
+                for o in outcomes.iter_mut().filter(|o| o.is_ok()) {
+                    *o = Err(Error::Stale(
+                        "a lease of the batch ended before its read finished".into(),
+                    ));
+                }
+            }
+        }
         for ((k, _), outcome) in leases.iter().zip(outcomes) {
             out[*k] = outcome;
         }

@@ -150,6 +150,21 @@ impl Node {
         }
     }
 
+    /// Hands leases back and returns how many were still live (the values
+    /// stayed pinned until now).
+    pub(crate) async fn release_confirmed(&self, ids: &[i64]) -> Result<i64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+        let mut args: Vec<&[u8]> = vec![b"RELEASE"];
+        args.extend(ids.iter().map(String::as_bytes));
+        match self.call(&args, Idempotent::Yes, 0).await? {
+            BytesFrame::Integer(n) => Ok(n),
+            other => Err(Error::Protocol(format!("RELEASE replied {other:?}"))),
+        }
+    }
+
     /// Hands leases back without waiting for the reply: a failure costs
     /// nothing, the leases also end with their connection or their TTL.
     pub(crate) async fn release(&self, ids: &[i64]) {
