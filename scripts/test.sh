@@ -92,7 +92,10 @@ FUZZ_TARGETS="request_scan descriptor glob" bash scripts/fuzz.sh 10
 # runs the RDMA tests and the ib_read_bw comparison inside it (a few
 # minutes under TCG). Fails if the VM cannot boot: it never skips.
 step "RDMA over soft-RoCE (scripts/rdma-test.sh)"
-bash scripts/rdma-test.sh
+# Same target dir as everything else: only the crates whose features change
+# are compiled again (the feature build relinks target/debug/strata-server;
+# the compose step below relinks the default one).
+STRATA_RDMA_TARGET_DIR="$CARGO_TARGET_DIR" bash scripts/rdma-test.sh
 
 # --- 6. The docker-compose cluster end to end ---------------------------------
 # Builds the images locally (debootstrap base once, then the debug binaries
