@@ -40,7 +40,7 @@ pool=$(( dram_bytes * RATIO * 2 ))
   --cpu-memory-pool-size "$DRAM" --ssd-path "$DIR" --ssd-pool-size "$pool" \
   --ssd-engine "$SSD_ENGINE" >"$DIR.log" 2>&1 &
 PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR" "$DIR.log"' EXIT
+trap 'rm -rf "$DIR" "$DIR.log" "$DIR.fio"; kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
 for _ in $(seq 100); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 
 echo "== strata: $keys keys of $SIZE = ${RATIO}x DRAM ($DRAM), engine $SSD_ENGINE, $CONC clients"
