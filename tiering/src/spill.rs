@@ -214,7 +214,7 @@ impl<B: Backend> Spill<B> {
         if self.state.lock().pending.contains_key(key) {
             return true;
         }
-        self.tier.contains(&Bytes::copy_from_slice(key))
+        self.tier.contains(key)
     }
 
     /// Brings `key` up into `store` if a live copy is below. Returns whether
@@ -449,7 +449,9 @@ impl<B: Backend> LowerTier for Spill<B> {
         let mut st = self.state.lock();
         st.mark_stale(key);
         let queued = st.take_pending(key, &self.queued_bytes).is_some();
-        let on_nvme = self.tier.forget(&Bytes::copy_from_slice(key));
+        // Every DRAM write comes through here: no allocation, one hash
+        // lookup in foyer's index when the key is not below.
+        let on_nvme = self.tier.forget(key);
         drop(st);
         if queued {
             self.room.notify_waiters();

@@ -112,9 +112,9 @@ pub trait Backend: Send + Sync + 'static {
     fn load(&self, key: &Bytes) -> impl Future<Output = Result<Option<Entry>, NvmeError>> + Send;
     /// Drops `key` from the index at once; the tombstone reaches the device
     /// with the next [`Backend::flush`] or `put`.
-    fn delete(&self, key: &Bytes);
+    fn delete(&self, key: &[u8]);
     /// Whether `key` is indexed (true on a 64-bit hash collision too).
-    fn contains(&self, key: &Bytes) -> bool;
+    fn contains(&self, key: &[u8]) -> bool;
     /// Waits until every write and tombstone submitted so far is on the device.
     fn flush(&self) -> impl Future<Output = ()> + Send;
     /// Flushes and stops accepting writes.
@@ -250,11 +250,11 @@ impl Backend for FoyerBackend {
         }
     }
 
-    fn delete(&self, key: &Bytes) {
+    fn delete(&self, key: &[u8]) {
         self.store.delete(key);
     }
 
-    fn contains(&self, key: &Bytes) -> bool {
+    fn contains(&self, key: &[u8]) -> bool {
         self.store.may_contains(key)
     }
 

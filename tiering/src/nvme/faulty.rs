@@ -85,11 +85,11 @@ impl<B: Backend> Backend for Faulty<B> {
         }))
     }
 
-    fn delete(&self, key: &Bytes) {
+    fn delete(&self, key: &[u8]) {
         self.inner.delete(key);
     }
 
-    fn contains(&self, key: &Bytes) -> bool {
+    fn contains(&self, key: &[u8]) -> bool {
         self.inner.contains(key)
     }
 

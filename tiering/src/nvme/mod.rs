@@ -317,7 +317,7 @@ impl<B: Backend> NvmeTier<B> {
     /// tombstone to reach the device (the next insert or flush carries it).
     /// Returns whether it was indexed. For callers that cannot wait (under
     /// a lock); across a crash before the next flush the key may come back.
-    pub fn forget(&self, key: &Bytes) -> bool {
+    pub fn forget(&self, key: &[u8]) -> bool {
         if self.closed.load(Relaxed) || !self.backend.contains(key) {
             return false;
         }
@@ -328,7 +328,7 @@ impl<B: Backend> NvmeTier<B> {
 
     /// Whether `key` is indexed. May say `true` for a key whose block is
     /// being evicted, or on a 64-bit hash collision; `get` is authoritative.
-    pub fn contains(&self, key: &Bytes) -> bool {
+    pub fn contains(&self, key: &[u8]) -> bool {
         !self.closed.load(Relaxed) && self.backend.contains(key)
     }
 
