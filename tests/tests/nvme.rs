@@ -123,6 +123,28 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
     // Push keys 0..4 down again: the whole set once more.
     fill(&server, 0..KEYS);
     settle(&server);
+    // PREFIX and EXISTS answer for keys on NVMe from its index: no reads.
+    let promoted = server.info_field("nvme_promoted");
+    let keys: Vec<String> = (0..64).map(key).collect();
+    let n: i64 = redis::cmd("PREFIX").arg(&keys).query(&mut con).unwrap();
+    assert_eq!(n, 64);
+    let n: i64 = redis::cmd("PREFIX")
+        .arg(&keys[..10])
+        .arg("nope")
+        .arg(&keys[10..20])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(n, 10);
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(&keys[..32])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(n, 32);
+    assert_eq!(
+        server.info_field("nvme_promoted"),
+        promoted,
+        "existence checks read nothing"
+    );
     let below = |i: usize| key(i);
     // EXISTS counts a key on NVMe; STRLEN and PTTL see it.
     let n: i64 = redis::cmd("EXISTS")
@@ -177,6 +199,20 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
     assert!(pttl > 500_000 && pttl <= 600_000, "PTTL {pttl}");
     let dead: Option<Vec<u8>> = redis::cmd("GET").arg("ttl:dead").query(&mut con).unwrap();
     assert_eq!(dead, None);
+
+    // A key read back from NVMe keeps its copy there; an expiry that ends
+    // it must end that copy too.
+    assert!(get(&mut con, 6).is_some());
+    let set: i64 = redis::cmd("PEXPIRE")
+        .arg(key(6))
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(set, 1);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(get(&mut con, 6), None, "expired key came back from NVMe");
+    let n: i64 = redis::cmd("EXISTS").arg(key(6)).query(&mut con).unwrap();
+    assert_eq!(n, 0);
 
     // FLUSHALL reaches NVMe too.
     let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();

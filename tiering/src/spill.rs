@@ -119,6 +119,10 @@ struct Promotion {
 
 #[derive(Default)]
 struct State {
+    /// Keys this process put below DRAM (queued or written) and has not
+    /// forgotten, with their expiry: `EXISTS` and `PREFIX` answer from it
+    /// without reading NVMe. Keys recovered at start are not in it.
+    below: HashMap<Bytes, Option<u64>, Xxh3Builder>,
     pending: HashMap<Bytes, Pending, Xxh3Builder>,
     /// Keys with a write to NVMe in flight (one per key at a time).
     writing: HashSet<Bytes, Xxh3Builder>,
@@ -217,6 +221,24 @@ impl<B: Backend> Spill<B> {
         self.tier.contains(key)
     }
 
+    /// Whether a live copy of `key` is below DRAM, answered without I/O:
+    /// `Some` for keys this process put there (checked against foyer's
+    /// index, which drops the keys of reclaimed blocks, and against their
+    /// expiry), and for keys foyer does not index at all; `None` for a key
+    /// foyer indexes that this process did not write (recovered at start):
+    /// only reading it tells whether it expired or was flushed.
+    pub fn exists_below(&self, key: &[u8], now_ms: u64) -> Option<bool> {
+        let st = self.state.lock();
+        match st.below.get(key) {
+            Some(expire) => {
+                let live = expire.is_none_or(|at| at > now_ms);
+                Some(live && (st.pending.contains_key(key) || self.tier.contains(key)))
+            }
+            None if self.tier.contains(key) => None,
+            None => Some(false),
+        }
+    }
+
     /// Brings `key` up into `store` if a live copy is below. Returns whether
     /// it is now in DRAM because of this call. An error means the copy
     /// could not be read (and was dropped when it is corrupt) or DRAM has
@@ -271,6 +293,13 @@ impl<B: Backend> Spill<B> {
             },
         );
         if stored {
+            // The copy below stays (see the module notes): index it, unless
+            // a write, delete or eviction came in the meantime.
+            let mut st = self.state.lock();
+            if !st.promoting.get(key).is_some_and(|p| p.stale) {
+                st.below.insert(key.clone(), header.expire_at_ms);
+            }
+            drop(st);
             self.counters.promoted.fetch_add(1, Relaxed);
             self.counters
                 .promoted_bytes
@@ -286,6 +315,7 @@ impl<B: Backend> Spill<B> {
             return;
         }
         st.take_pending(key, &self.queued_bytes);
+        st.below.remove(key.as_ref());
         self.tier.forget(key);
         drop(st);
         self.room.notify_waiters();
@@ -385,6 +415,7 @@ impl<B: Backend> Spill<B> {
             Err(e) if mine => {
                 self.counters.write_errors.fetch_add(1, Relaxed);
                 st.take_pending(&key, &self.queued_bytes);
+                st.below.remove(&key);
                 tracing::warn!(error = %e, "nvme: spill write failed; the evicted value is dropped");
             }
             // Superseded while being written (a forget removes the entry
@@ -439,6 +470,7 @@ impl<B: Backend> LowerTier for Spill<B> {
             st.take_pending(key, &self.queued_bytes);
             self.queued_bytes.fetch_add(len, Relaxed);
             st.pending.insert(key.clone(), Pending { gen, blob });
+            st.below.insert(key.clone(), info.expire_at_ms);
             st.mark_stale(key);
             gen
         };
@@ -448,6 +480,7 @@ impl<B: Backend> LowerTier for Spill<B> {
     fn forget(&self, key: &[u8]) -> bool {
         let mut st = self.state.lock();
         st.mark_stale(key);
+        st.below.remove(key);
         let queued = st.take_pending(key, &self.queued_bytes).is_some();
         // Every DRAM write comes through here: no allocation, one hash
         // lookup in foyer's index when the key is not below.
@@ -463,6 +496,7 @@ impl<B: Backend> LowerTier for Spill<B> {
         {
             let mut st = self.state.lock();
             st.pending.clear();
+            st.below.clear();
             self.queued_bytes.store(0, Relaxed);
             for p in st.promoting.values_mut() {
                 p.stale = true;

@@ -929,6 +929,12 @@ impl Store {
         let mut removed = None;
         let found = {
             let mut index = self.index.lock();
+            let live = index.live(key, now_ms, &mut expired).is_some();
+            if live {
+                // A lower copy carries the old expiry in its header: it
+                // must not outlive (or cut short) the new one.
+                self.forget_lower(key);
+            }
             match index.live(key, now_ms, &mut expired) {
                 None => false,
                 Some(_) if at_ms.is_some_and(|at| at <= now_ms) => {

@@ -338,3 +338,41 @@ async fn recovered_keys_forgotten_and_rewritten_survive_another_reopen() {
     }
     assert!(lost.is_empty(), "{lost:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_changes_on_promoted_values_reach_the_copy_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(4 * MIB);
+    let spill = attach(&store, reopen(dir.path()).await, None);
+    let len = 128 * KIB as usize;
+    for i in 0..60 {
+        set(&store, &spill, i, len, Expiry::Persist).await;
+    }
+    spill.drain(Duration::from_secs(30)).await.unwrap();
+    // Below DRAM, known without reading it.
+    assert_eq!(spill.exists_below(&key(0), NOW), Some(true));
+    assert_eq!(spill.exists_below(b"never-written", NOW), Some(false));
+    // Promoted: in DRAM, and its copy below stays.
+    assert!(spill.promote(&store, &key(0), NOW).await.unwrap());
+    assert!(spill.promote(&store, &key(1), NOW).await.unwrap());
+    assert_eq!(spill.exists_below(&key(0), NOW), Some(true));
+    // An expiry in the past deletes the key: the copy below must not bring
+    // it back.
+    assert!(store.set_expiry(&key(0), Some(NOW - 1), NOW));
+    assert_eq!(spill.exists_below(&key(0), NOW), Some(false));
+    assert!(!spill.promote(&store, &key(0), NOW).await.unwrap());
+    // A new TTL on a promoted value: evicted again, it goes down with it.
+    assert!(store.set_expiry(&key(1), Some(NOW + 1000), NOW));
+    for i in 100..140 {
+        set(&store, &spill, i, len, Expiry::Persist).await;
+    }
+    spill.drain(Duration::from_secs(30)).await.unwrap();
+    assert!(store.get(&key(1), NOW).is_none(), "evicted");
+    assert_eq!(spill.exists_below(&key(1), NOW), Some(true));
+    assert_eq!(
+        spill.exists_below(&key(1), NOW + 1000),
+        Some(false),
+        "expired below"
+    );
+    assert!(!spill.promote(&store, &key(1), NOW + 1000).await.unwrap());
+}

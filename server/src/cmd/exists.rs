@@ -7,12 +7,10 @@ use strata_proto::Reply;
 use super::{Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    if let Some(out) = ctx.fetch_missing(&args[1..]) {
+    // A key on NVMe is counted from the NVMe index, without reading it.
+    if let Some(out) = ctx.fetch_for_existence(&args[1..]) {
         return out;
     }
-    let n = args[1..]
-        .iter()
-        .filter(|k| ctx.node.store.exists(k, ctx.now_ms))
-        .count();
+    let n = args[1..].iter().filter(|k| ctx.exists(k)).count();
     Reply::Int(n as i64).into()
 }

@@ -123,35 +123,65 @@ impl Ctx<'_> {
     /// the slots of a ring change is fetched from its previous holders.
     /// `None` = go ahead.
     pub fn fetch_missing(&self, keys: &[Bytes]) -> Option<Out> {
-        self.bring_in(keys, true)
+        self.bring_in(keys, Promote::All)
     }
 
     /// Like [`Ctx::fetch_missing`], without promoting from NVMe: for
     /// commands that handle a key below DRAM themselves (`DEL`).
     pub fn fetch_from_peers(&self, keys: &[Bytes]) -> Option<Out> {
-        self.bring_in(keys, false)
+        self.bring_in(keys, Promote::None)
     }
 
-    fn bring_in(&self, keys: &[Bytes], promote: bool) -> Option<Out> {
+    /// For commands that only ask whether keys exist (`EXISTS`, `PREFIX`
+    /// without `PIN`): keys below DRAM are answered from the NVMe index by
+    /// [`Ctx::exists`]; only those it cannot tell about (recovered at
+    /// start) are promoted first.
+    pub fn fetch_for_existence(&self, keys: &[Bytes]) -> Option<Out> {
+        self.bring_in(keys, Promote::Unknown)
+    }
+
+    /// Whether `key` exists in DRAM or, by the NVMe index, below it.
+    pub fn exists(&self, key: &[u8]) -> bool {
+        self.node.store.exists(key, self.now_ms)
+            || self
+                .node
+                .spill
+                .as_ref()
+                .is_some_and(|s| s.exists_below(key, self.now_ms) == Some(true))
+    }
+
+    fn bring_in(&self, keys: &[Bytes], promote: Promote) -> Option<Out> {
         if self.rerun || self.internal {
             return None;
         }
         let transition = self.node.in_transition();
-        let spill = self.node.spill.as_ref().filter(|_| promote);
+        let spill = self
+            .node
+            .spill
+            .as_ref()
+            .filter(|_| promote != Promote::None);
         if !transition && spill.is_none() {
             return None;
         }
+        let now = self.now_ms;
         let (below, elsewhere): (Vec<Bytes>, Vec<Bytes>) = keys
             .iter()
-            .filter(|k| !self.node.store.exists(k, self.now_ms))
+            .filter(|k| !self.node.store.exists(k, now))
+            .filter(|k| {
+                promote != Promote::Unknown
+                    || spill.is_none_or(|s| s.exists_below(k, now) != Some(true))
+            })
             .cloned()
-            .partition(|k| spill.is_some_and(|s| s.contains(k)));
+            .partition(|k| match (spill, promote) {
+                (Some(s), Promote::Unknown) => s.exists_below(k, now).is_none(),
+                (Some(s), _) => s.contains(k),
+                (None, _) => false,
+            });
         let elsewhere = if transition { elsewhere } else { Vec::new() };
         if below.is_empty() && elsewhere.is_empty() {
             return None;
         }
         let node = self.node.clone();
-        let now = self.now_ms;
         Some(Out::Rerun(Box::pin(async move {
             if !elsewhere.is_empty() {
                 crate::cluster::repair::fetch(&node, elsewhere).await;
@@ -240,6 +270,16 @@ impl Ctx<'_> {
             reply
         }))
     }
+}
+
+/// Which keys below DRAM a command needs read back before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Promote {
+    /// Every key it names (it reads or changes values).
+    All,
+    /// Only keys the NVMe index cannot answer for (it asks existence).
+    Unknown,
+    None,
 }
 
 /// How a command is dispatched and described.

@@ -27,17 +27,20 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
         keys = &keys[..keys.len() - 2];
     }
+    // Without PIN only existence is asked: keys on NVMe are counted from
+    // the NVMe index (a prompt's chain can be far larger than DRAM). With
+    // PIN the values are leased, so they are read back into DRAM first.
+    let Some(ms) = pin_ms else {
+        if let Some(out) = ctx.fetch_for_existence(keys) {
+            return out;
+        }
+        let n = keys.iter().take_while(|k| ctx.exists(k)).count();
+        return Reply::Int(n as i64).into();
+    };
     if let Some(out) = ctx.fetch_missing(keys) {
         return out;
     }
     let store = &ctx.node.store;
-    let Some(ms) = pin_ms else {
-        let n = keys
-            .iter()
-            .take_while(|k| store.exists(k, ctx.now_ms))
-            .count();
-        return Reply::Int(n as i64).into();
-    };
     let values: Vec<_> = keys
         .iter()
         .map_while(|k| store.get(k, ctx.now_ms))
