@@ -61,16 +61,24 @@ pub struct Cluster {
     pub etcd: Etcd,
     pub nodes: Vec<ClusterNode>,
     replica_num: u32,
+    /// Flags every node gets besides the cluster's own.
+    extra: Vec<String>,
 }
 
 impl Cluster {
     /// Starts etcd and one node per pool size, and waits until every node
     /// has all of them in its ring.
     pub fn start(pools: &[&str], replica_num: u32) -> Cluster {
+        Cluster::start_with(pools, replica_num, &[])
+    }
+
+    /// Like [`Cluster::start`], with `extra` flags for every node.
+    pub fn start_with(pools: &[&str], replica_num: u32, extra: &[&str]) -> Cluster {
         let mut c = Cluster {
             etcd: Etcd::start(),
             nodes: Vec::new(),
             replica_num,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for pool in pools {
             c.spawn_node(pool);
@@ -101,6 +109,7 @@ impl Cluster {
         ]
         .map(String::from)
         .to_vec();
+        let args: Vec<String> = args.into_iter().chain(self.extra.iter().cloned()).collect();
         let server = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
         self.nodes.push(ClusterNode {
             id,

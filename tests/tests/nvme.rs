@@ -429,3 +429,65 @@ fn default_temporary_directory_is_cleaned_up() {
     assert!(next.stop(Duration::from_secs(30)).success());
     assert!(nvme_dirs().is_empty(), "a graceful stop removes it");
 }
+
+/// Three clustered nodes (two copies of every value) whose values are
+/// mostly on NVMe. One node is killed: repair copies the keys it held to
+/// the survivors, including keys that sit on the survivors' NVMe. Then a
+/// second node is killed: the last one alone must still serve every value.
+#[test]
+fn repair_reaches_values_on_nvme() {
+    use strata_tests::cluster::Cluster;
+    const KEYS: usize = 240;
+    const SIZE: usize = 256 * 1024;
+    let mut cluster = Cluster::start_with(
+        &["16MiB", "16MiB", "16MiB"],
+        2,
+        &["--ssd-pool-size", "1GiB", "--ssd-max-value-size", "1MiB"],
+    );
+    let value = |i: usize| -> Vec<u8> {
+        let mut v = vec![0u8; SIZE];
+        for (j, b) in v.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(31) ^ (j as u8).wrapping_mul(7) ^ (j >> 8) as u8;
+        }
+        v
+    };
+    let mut client = cluster.client();
+    for i in 0..KEYS {
+        client
+            .set(format!("rk:{i}").as_bytes(), &value(i))
+            .unwrap_or_else(|e| panic!("SET rk:{i}: {e}"));
+    }
+    // 120 MiB of copies on 48 MiB of DRAM: most are on NVMe.
+    let spilled: u64 = cluster.live().map(|s| s.info_field("nvme_spilled")).sum();
+    assert!(spilled > 100, "only {spilled} values spilled");
+    let check_all = |cluster: &Cluster, when: &str| {
+        let mut c = cluster.client();
+        for i in 0..KEYS {
+            let got = c
+                .get(format!("rk:{i}").as_bytes())
+                .unwrap_or_else(|e| panic!("{when}: GET rk:{i}: {e}"));
+            assert!(
+                got.as_deref() == Some(&value(i)[..]),
+                "{when}: rk:{i} lost or wrong"
+            );
+        }
+    };
+    cluster.kill(0);
+    cluster.wait_ring(2);
+    // Repair has finished when both survivors pushed what they had to; give
+    // it time, then take away a second copy.
+    let repaired = wait_until(within(Duration::from_secs(60)), || {
+        cluster.live().all(|s| s.info_field("repair_runs") >= 1)
+            && cluster
+                .live()
+                .map(|s| s.info_field("repair_pushes"))
+                .sum::<u64>()
+                > 0
+    });
+    assert!(repaired, "no repair ran");
+    std::thread::sleep(Duration::from_secs(3));
+    check_all(&cluster, "after the first kill");
+    cluster.kill(1);
+    cluster.wait_ring(1);
+    check_all(&cluster, "with one node left");
+}

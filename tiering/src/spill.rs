@@ -239,6 +239,13 @@ impl<B: Backend> Spill<B> {
         }
     }
 
+    /// The keys this process put below DRAM that `filter` accepts (a
+    /// snapshot; cluster repair walks it after DRAM's keys).
+    pub fn keys_below(&self, mut filter: impl FnMut(&[u8]) -> bool) -> Vec<Bytes> {
+        let st = self.state.lock();
+        st.below.keys().filter(|k| filter(k)).cloned().collect()
+    }
+
     /// Brings `key` up into `store` if a live copy is below. Returns whether
     /// it is now in DRAM because of this call. An error means the copy
     /// could not be read (and was dropped when it is corrupt) or DRAM has

@@ -58,7 +58,7 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
     let changed = changed_slots(&base, &ring, copies);
     let me = node.cluster.me.id.clone();
     let mut cursor = 0u64;
-    let (mut pushed, mut shed, mut failed) = (0u64, 0u64, 0u64);
+    let mut tally = Tally::default();
     loop {
         let (next, keys) = node.store.scan(cursor, SCAN_BATCH, now_ms(), |k| {
             changed[usize::from(key_slot(k))]
@@ -67,31 +67,37 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
             if node.repair_generation() != generation {
                 return Outcome::Superseded;
             }
-            let Some((value, expire)) = node.store.peek_with_expiry(&key, now_ms()) else {
-                continue;
-            };
-            let slot = key_slot(&key);
-            let set = ring.replicas(slot, copies);
-            let mine = set.iter().any(|n| n.id == me);
-            if mine && !changed[usize::from(slot)] {
-                continue;
-            }
-            let targets: Vec<_> = set.into_iter().filter(|n| n.id != me).cloned().collect();
-            let want = targets.len();
-            let version = value.version();
-            let ok = replicate::push(&node, key.clone(), value, expire, targets).await;
-            pushed += ok as u64;
-            failed += (want - ok) as u64;
-            if !mine && ok == want && want > 0 && node.store.delete_version(&key, version, now_ms())
-            {
-                shed += 1;
-            }
+            repair_key(&node, &ring, &changed, copies, &me, key, &mut tally).await;
         }
         if next == 0 {
             break;
         }
         cursor = next;
     }
+    // Keys on NVMe (those this process put there): each is read back into
+    // DRAM, then pushed like the others. Keys also in DRAM were just done.
+    if let Some(spill) = node.spill.clone() {
+        let below = spill.keys_below(|k| changed[usize::from(key_slot(k))]);
+        for key in below {
+            if node.repair_generation() != generation {
+                return Outcome::Superseded;
+            }
+            if node.store.exists(&key, now_ms()) {
+                continue;
+            }
+            if let Err(e) = crate::tiers::promote(&node, vec![key.clone()], now_ms()).await {
+                tracing::warn!(error = %e, "repair: cannot read a value back from NVMe");
+                tally.failed += 1;
+                continue;
+            }
+            repair_key(&node, &ring, &changed, copies, &me, key, &mut tally).await;
+        }
+    }
+    let Tally {
+        pushed,
+        shed,
+        failed,
+    } = tally;
     let c = &node.metrics.counters;
     c.repair_pushes_total.fetch_add(pushed, Relaxed);
     c.repair_shed_total.fetch_add(shed, Relaxed);
@@ -103,6 +109,45 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
         Outcome::Incomplete { failed }
     } else {
         Outcome::Done
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    pushed: u64,
+    shed: u64,
+    failed: u64,
+}
+
+/// Pushes one local key to the members of its replica set under `ring`
+/// (when its slot changed or this node is no longer in the set), and sheds
+/// the local copy once every member has it if this node is not one.
+async fn repair_key(
+    node: &Arc<Node>,
+    ring: &Ring,
+    changed: &[bool],
+    copies: usize,
+    me: &str,
+    key: bytes::Bytes,
+    tally: &mut Tally,
+) {
+    let Some((value, expire)) = node.store.peek_with_expiry(&key, now_ms()) else {
+        return;
+    };
+    let slot = key_slot(&key);
+    let set = ring.replicas(slot, copies);
+    let mine = set.iter().any(|n| n.id == me);
+    if mine && !changed[usize::from(slot)] {
+        return;
+    }
+    let targets: Vec<_> = set.into_iter().filter(|n| n.id != me).cloned().collect();
+    let want = targets.len();
+    let version = value.version();
+    let ok = replicate::push(node, key.clone(), value, expire, targets).await;
+    tally.pushed += ok as u64;
+    tally.failed += (want - ok) as u64;
+    if !mine && ok == want && want > 0 && node.store.delete_version(&key, version, now_ms()) {
+        tally.shed += 1;
     }
 }
 

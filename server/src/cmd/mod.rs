@@ -132,6 +132,28 @@ impl Ctx<'_> {
         self.bring_in(keys, Promote::None)
     }
 
+    /// Promotes `keys` from NVMe only, never asking other nodes (for
+    /// `STRATA.HANDOFF`, which another node sends while it fetches).
+    pub fn fetch_from_nvme(&self, keys: &[Bytes]) -> Option<Out> {
+        if self.rerun || self.internal {
+            return None;
+        }
+        let spill = self.node.spill.as_ref()?;
+        let below: Vec<Bytes> = keys
+            .iter()
+            .filter(|k| !self.node.store.exists(k, self.now_ms) && spill.contains(k))
+            .cloned()
+            .collect();
+        if below.is_empty() {
+            return None;
+        }
+        let node = self.node.clone();
+        let now = self.now_ms;
+        Some(Out::Rerun(Box::pin(async move {
+            crate::tiers::promote(&node, below, now).await
+        })))
+    }
+
     /// For commands that only ask whether keys exist (`EXISTS`, `PREFIX`
     /// without `PIN`): keys below DRAM are answered from the NVMe index by
     /// [`Ctx::exists`]; only those it cannot tell about (recovered at

@@ -9,6 +9,11 @@ use super::{Ctx, Out};
 use crate::cluster::replicate;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
+    // A copy on NVMe is read back first (not fetched from other nodes:
+    // that is what the asking node is doing).
+    if let Some(out) = ctx.fetch_from_nvme(&args[1..2]) {
+        return out;
+    }
     let node = ctx.node.clone();
     let Some((value, expire)) = node.store.peek_with_expiry(&args[1], ctx.now_ms) else {
         return CommandError::new(ErrorCode::NotFound, "no such key").into();
