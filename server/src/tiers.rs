@@ -74,7 +74,9 @@ fn temp_base() -> PathBuf {
 pub struct Lower {
     pub spill: Arc<Spill>,
     pub path: PathBuf,
-    _temp: Option<tempfile::TempDir>,
+    /// The default temporary directory (removed on drop); `None` for a
+    /// configured `ssd_path`.
+    temp: Option<tempfile::TempDir>,
 }
 
 /// Opens the NVMe tier the config asks for and attaches it under `store`.
@@ -153,11 +155,7 @@ pub async fn open(cfg: &Config, store: &Store) -> anyhow::Result<Option<Lower>> 
         engine = %cfg.ssd_engine,
         "NVMe tier open"
     );
-    Ok(Some(Lower {
-        spill,
-        path,
-        _temp: temp,
-    }))
+    Ok(Some(Lower { spill, path, temp }))
 }
 
 fn nvme_open_error(path: &std::path::Path, e: NvmeError) -> anyhow::Error {
@@ -207,7 +205,7 @@ const DEMOTE_BATCH: usize = 16;
 /// as on a crash.
 pub async fn shut_down(node: &Node, spill: &Spill, max: std::time::Duration) {
     let deadline = tokio::time::Instant::now() + max;
-    let keep = node.lower.as_ref().is_some_and(|l| l._temp.is_none());
+    let keep = node.lower.as_ref().is_some_and(|l| l.temp.is_none());
     let mut moved = 0usize;
     if keep {
         tracing::info!(

@@ -412,23 +412,17 @@ impl<B: Backend> Spill<B> {
                 self.counters.spilled.fetch_add(1, Relaxed);
                 self.counters.spilled_bytes.fetch_add(len, Relaxed);
             }
-            Ok(()) => {
-                if !st.pending.contains_key(&key) {
-                    // Written, deleted or promoted while this was being
-                    // written: the copy that just landed is obsolete.
-                    self.tier.forget(&key);
-                }
-            }
             Err(e) if mine => {
                 self.counters.write_errors.fetch_add(1, Relaxed);
                 st.take_pending(&key, &self.queued_bytes);
                 st.below.remove(&key);
                 tracing::warn!(error = %e, "nvme: spill write failed; the evicted value is dropped");
             }
-            // Superseded while being written (a forget removes the entry
-            // from foyer's index, which the write then reports as missing):
-            // nothing was lost.
-            Err(_) => {
+            // Superseded while being written: written, deleted or promoted
+            // meanwhile. A copy that landed is obsolete (and a write that
+            // failed only because a forget dropped it from foyer's index
+            // lost nothing).
+            Ok(()) | Err(_) => {
                 if !st.pending.contains_key(&key) {
                     self.tier.forget(&key);
                 }

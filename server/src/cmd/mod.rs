@@ -135,23 +135,7 @@ impl Ctx<'_> {
     /// Promotes `keys` from NVMe only, never asking other nodes (for
     /// `STRATA.HANDOFF`, which another node sends while it fetches).
     pub fn fetch_from_nvme(&self, keys: &[Bytes]) -> Option<Out> {
-        if self.rerun || self.internal {
-            return None;
-        }
-        let spill = self.node.spill.as_ref()?;
-        let below: Vec<Bytes> = keys
-            .iter()
-            .filter(|k| !self.node.store.exists(k, self.now_ms) && spill.contains(k))
-            .cloned()
-            .collect();
-        if below.is_empty() {
-            return None;
-        }
-        let node = self.node.clone();
-        let now = self.now_ms;
-        Some(Out::Rerun(Box::pin(async move {
-            crate::tiers::promote(&node, below, now).await
-        })))
+        self.bring_in_from(keys, Promote::All, false)
     }
 
     /// For commands that only ask whether keys exist (`EXISTS`, `PREFIX`
@@ -173,10 +157,17 @@ impl Ctx<'_> {
     }
 
     fn bring_in(&self, keys: &[Bytes], promote: Promote) -> Option<Out> {
+        self.bring_in_from(keys, promote, true)
+    }
+
+    /// Keys missing from DRAM are promoted from NVMe (as `promote` says)
+    /// and, with `peers` while a ring change is settling, fetched from
+    /// their previous holders; then the request runs again.
+    fn bring_in_from(&self, keys: &[Bytes], promote: Promote, peers: bool) -> Option<Out> {
         if self.rerun || self.internal {
             return None;
         }
-        let transition = self.node.in_transition();
+        let transition = peers && self.node.in_transition();
         let spill = self
             .node
             .spill
@@ -186,20 +177,24 @@ impl Ctx<'_> {
             return None;
         }
         let now = self.now_ms;
-        let (below, elsewhere): (Vec<Bytes>, Vec<Bytes>) = keys
-            .iter()
-            .filter(|k| !self.node.store.exists(k, now))
-            .filter(|k| {
-                promote != Promote::Unknown
-                    || spill.is_none_or(|s| s.exists_below(k, now) != Some(true))
-            })
-            .cloned()
-            .partition(|k| match (spill, promote) {
-                (Some(s), Promote::Unknown) => s.exists_below(k, now).is_none(),
-                (Some(s), _) => s.contains(k),
+        let (mut below, mut elsewhere) = (Vec::new(), Vec::new());
+        for k in keys.iter().filter(|k| !self.node.store.exists(k, now)) {
+            let is_below = match (spill, promote) {
                 (None, _) => false,
-            });
-        let elsewhere = if transition { elsewhere } else { Vec::new() };
+                (Some(s), Promote::Unknown) => match s.exists_below(k, now) {
+                    // Answered from the NVMe index: nothing to bring in.
+                    Some(true) => continue,
+                    Some(false) => false,
+                    None => true,
+                },
+                (Some(s), _) => s.contains(k),
+            };
+            if is_below {
+                below.push(k.clone());
+            } else if transition {
+                elsewhere.push(k.clone());
+            }
+        }
         if below.is_empty() && elsewhere.is_empty() {
             return None;
         }
