@@ -86,6 +86,22 @@ PATH="$VENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$VENV/bin/pip" insta
 step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"
 FUZZ_TARGETS="request_scan descriptor glob" bash scripts/fuzz.sh 10
 
+# --- 5b. The GPU tier's CUDA build ---------------------------------------------
+# CI has no GPU: the store's GPU-tier logic ran in `cargo test` above
+# (tiering/src/gpu_tests.rs, on host memory). Here the cudarc code is linted
+# and built (libcuda is loaded at run time, so no toolkit is needed), its
+# unit tests run down the "no driver" path, and the binary must refuse a GPU
+# pool with the reason. bench/gpu-check.sh runs the rest on a GPU machine.
+step "GPU tier: --features cuda builds, lints, and refuses a pool without a GPU"
+cargo clippy -p strata-tiering -p strata-server --features strata-tiering/cuda,strata-server/cuda \
+  --all-targets -- -D warnings
+cargo test -p strata-tiering --features cuda --lib gpu
+cargo build -p strata-server --features cuda
+out=$("$CARGO_TARGET_DIR/debug/strata-server" --gpu-memory-pool-size 64MiB --data-port 0 2>&1 || true)
+echo "$out" | grep -q "no CUDA driver: libcuda.so could not be loaded" ||
+  { echo "$out"; echo "the cuda build did not refuse a GPU pool clearly"; exit 1; }
+echo "refused as expected: ${out##*strata-server: }"
+
 # --- 6a. RDMA for real: verbs on soft-RoCE in a VM ------------------------------
 # Builds with --features rdma (installing cmake/libclang-dev and qemu when
 # missing), lints that build, boots one Debian-kernel VM with rxe0/rxe1 and

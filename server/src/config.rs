@@ -43,6 +43,11 @@ const KEYS: &[(&str, &str)] = &[
         "HTTP port for /metrics and /health (0 = off)",
     ),
     ("cpu_memory_pool_size", "bytes of DRAM arena for values"),
+    (
+        "gpu_memory_pool_size",
+        "bytes of GPU memory as the top tier (0 = none; needs a build with the cuda feature)",
+    ),
+    ("gpu_device_id", "CUDA device ordinal of the GPU tier"),
     ("max_value_size", "largest value in bytes"),
     (
         "max_request_size",
@@ -128,6 +133,10 @@ pub struct Cli {
     cpu_memory_pool_size: Option<String>,
     #[arg(long, env = "STRATA_MAX_VALUE_SIZE")]
     max_value_size: Option<String>,
+    #[arg(long, env = "STRATA_GPU_MEMORY_POOL_SIZE")]
+    gpu_memory_pool_size: Option<String>,
+    #[arg(long, env = "STRATA_GPU_DEVICE_ID")]
+    gpu_device_id: Option<String>,
     #[arg(long, env = "STRATA_MAX_REQUEST_SIZE")]
     max_request_size: Option<String>,
     #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
@@ -187,6 +196,8 @@ impl Cli {
             ("max_leases", self.max_leases.as_ref()),
             ("cpu_memory_pool_size", self.cpu_memory_pool_size.as_ref()),
             ("max_value_size", self.max_value_size.as_ref()),
+            ("gpu_memory_pool_size", self.gpu_memory_pool_size.as_ref()),
+            ("gpu_device_id", self.gpu_device_id.as_ref()),
             ("max_request_size", self.max_request_size.as_ref()),
             ("max_connections", self.max_connections.as_ref()),
             (
@@ -230,6 +241,9 @@ pub struct Config {
     pub lease_ttl_ms: u64,
     pub max_leases: u32,
     pub cpu_memory_pool_size: u64,
+    /// 0: no GPU tier.
+    pub gpu_memory_pool_size: u64,
+    pub gpu_device_id: u32,
     pub max_value_size: u64,
     pub max_request_size: u64,
     pub max_connections: u32,
@@ -310,6 +324,8 @@ impl Default for Config {
             lease_ttl_ms: 5_000,
             max_leases: 4096,
             cpu_memory_pool_size: GIB,
+            gpu_memory_pool_size: 0,
+            gpu_device_id: 0,
             max_value_size: DEFAULT_MAX_VALUE,
             max_request_size: DEFAULT_MAX_REQUEST,
             max_connections: 1024,
@@ -600,6 +616,21 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             }
             cfg.ssd_path = v.into();
         }
+        "gpu_memory_pool_size" => {
+            let n = parse_size(v).ok_or_else(|| format!("{v:?} is not a size"))?;
+            if n != 0 {
+                size_in(v, MIN_POOL, MAX_POOL)?;
+            }
+            cfg.gpu_memory_pool_size = n;
+        }
+        "gpu_device_id" => {
+            cfg.gpu_device_id = v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n < 1024)
+                .ok_or_else(|| format!("{v:?} is not a device ordinal (0 ..= 1023)"))?;
+        }
         "ssd_pool_size" => {
             let n = parse_size(v).ok_or_else(|| format!("{v:?} is not a size"))?;
             if n != 0 {
@@ -654,6 +685,11 @@ impl Config {
                 self.cpu_memory_pool_size.to_string(),
             ),
             ("maxmemory", self.cpu_memory_pool_size.to_string()),
+            (
+                "gpu_memory_pool_size",
+                self.gpu_memory_pool_size.to_string(),
+            ),
+            ("gpu_device_id", self.gpu_device_id.to_string()),
             ("max_value_size", self.max_value_size.to_string()),
             ("proto-max-bulk-len", self.max_value_size.to_string()),
             ("max_request_size", self.max_request_size.to_string()),

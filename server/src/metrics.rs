@@ -93,6 +93,20 @@ struct Exported {
     data_reads_served_total: Counter,
     data_reads_refused_total: Counter,
     nvme: NvmeExported,
+    gpu: GpuExported,
+}
+
+/// The GPU tier's figures (zeros when it is off).
+struct GpuExported {
+    capacity_bytes: Gauge,
+    used_bytes: Gauge,
+    value_bytes: Gauge,
+    keys: Gauge,
+    uploads_total: Counter,
+    demotions_total: Counter,
+    staged_reads_total: Counter,
+    full_total: Counter,
+    errors_total: Counter,
 }
 
 /// The NVMe tier's figures (zeros when it is off).
@@ -186,6 +200,66 @@ impl Metrics {
             Some(Unit::Count),
             "NVMe tier operations that failed (I/O or checksum), by op.".into(),
         );
+        let gpu = |name: &'static str, unit: Unit, help: &'static str| {
+            r.describe_gauge(name.into(), Some(unit), help.into());
+            r.register_gauge(
+                &Key::from_parts(name, vec![Label::new("tier", "gpu")]),
+                &META,
+            )
+        };
+        let gpu_exported = GpuExported {
+            capacity_bytes: gpu(
+                "strata_tier_capacity_bytes",
+                Unit::Bytes,
+                "Capacity of a tier.",
+            ),
+            used_bytes: gpu(
+                "strata_tier_used_bytes",
+                Unit::Bytes,
+                "Bytes of a tier allocated to values (size-class rounded).",
+            ),
+            value_bytes: gpu(
+                "strata_tier_value_bytes",
+                Unit::Bytes,
+                "Sum of the lengths of values in a tier.",
+            ),
+            keys: gauge(
+                "strata_gpu_keys",
+                Unit::Count,
+                "Values whose bytes are in GPU memory.",
+            ),
+            uploads_total: counter(
+                "strata_gpu_uploads_total",
+                Unit::Count,
+                "Values moved up to the GPU tier when written.",
+            ),
+            demotions_total: {
+                r.describe_counter(
+                    "strata_evictions_total".into(),
+                    Some(Unit::Count),
+                    "Values evicted to make room, by tier.".into(),
+                );
+                r.register_counter(
+                    &Key::from_parts("strata_evictions_total", vec![Label::new("tier", "gpu")]),
+                    &META,
+                )
+            },
+            staged_reads_total: counter(
+                "strata_gpu_staged_reads_total",
+                Unit::Count,
+                "Reads of GPU values, each served from a DRAM copy.",
+            ),
+            full_total: counter(
+                "strata_gpu_full_total",
+                Unit::Count,
+                "Written values that stayed in DRAM because the GPU tier had no room it could free.",
+            ),
+            errors_total: counter(
+                "strata_gpu_errors_total",
+                Unit::Count,
+                "Failed copies to or from GPU memory (the log says which).",
+            ),
+        };
         let nvme_exported = NvmeExported {
             capacity_bytes: nvme(
                 "strata_tier_capacity_bytes",
@@ -432,6 +506,7 @@ impl Metrics {
                 "Data-plane reads refused (bad rkey, range, stale epoch).",
             ),
             nvme: nvme_exported,
+            gpu: gpu_exported,
         };
         Metrics {
             recorder,
@@ -501,6 +576,18 @@ impl Metrics {
             .absolute(ts.reads_served.load(Relaxed));
         e.data_reads_refused_total
             .absolute(ts.reads_refused.load(Relaxed));
+        {
+            let (g, x) = (&s.gpu, &e.gpu);
+            x.capacity_bytes.set(g.capacity_bytes as f64);
+            x.used_bytes.set(g.used_bytes as f64);
+            x.value_bytes.set(g.value_bytes as f64);
+            x.keys.set(g.keys as f64);
+            x.uploads_total.absolute(g.uploads);
+            x.demotions_total.absolute(g.demotions);
+            x.staged_reads_total.absolute(g.staged_reads);
+            x.full_total.absolute(g.full);
+            x.errors_total.absolute(g.errors);
+        }
         if let Some(spill) = &node.spill {
             let n = spill.stats();
             let x = &e.nvme;

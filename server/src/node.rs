@@ -82,14 +82,35 @@ impl Node {
     /// Maps the arena, starts the data plane and registers the arena with
     /// it. Must run inside the tokio runtime.
     pub async fn start(cfg: Config) -> anyhow::Result<Node> {
-        let store = Store::new(StoreConfig {
-            capacity_bytes: cfg.cpu_memory_pool_size,
-            max_value_bytes: cfg.effective_max_value(),
-            high_watermark: cfg.eviction_high_watermark,
-            // Deletes are remembered in a cluster, long enough for any
-            // repair or hand-off racing them to have finished.
-            tombstone_ms: if cfg.standalone() { 0 } else { TOMBSTONE_MS },
-        })?;
+        let gpu = if cfg.gpu_memory_pool_size == 0 {
+            None
+        } else {
+            let dev =
+                strata_tiering::gpu::open(cfg.gpu_device_id as usize, cfg.gpu_memory_pool_size)
+                    .with_context(|| {
+                        format!(
+                            "gpu_memory_pool_size is {} bytes on gpu_device_id {}",
+                            cfg.gpu_memory_pool_size, cfg.gpu_device_id
+                        )
+                    })?;
+            tracing::info!(
+                device = %dev.describe(),
+                bytes = cfg.gpu_memory_pool_size,
+                "GPU tier ready"
+            );
+            Some(dev)
+        };
+        let store = Store::with_gpu(
+            StoreConfig {
+                capacity_bytes: cfg.cpu_memory_pool_size,
+                max_value_bytes: cfg.effective_max_value(),
+                high_watermark: cfg.eviction_high_watermark,
+                // Deletes are remembered in a cluster, long enough for any
+                // repair or hand-off racing them to have finished.
+                tombstone_ms: if cfg.standalone() { 0 } else { TOMBSTONE_MS },
+            },
+            gpu,
+        )?;
         let lower = crate::tiers::open(&cfg, &store).await?;
         let limits = Limits {
             max_bulk_len: cfg.effective_max_value(),
@@ -125,7 +146,8 @@ impl Node {
             resp_addr: join_host_port(&cfg.advertise_host, cfg.port),
             data_addr: transport.endpoint().to_string(),
             host: cfg.host_name.clone(),
-            capacity_bytes: cfg.cpu_memory_pool_size,
+            // Memory tiers weigh the ring: they serve at memory speed.
+            capacity_bytes: cfg.cpu_memory_pool_size + cfg.gpu_memory_pool_size,
             tiers: Vec::new(),
         };
         let cluster = Cluster::new(me, cfg.standalone());

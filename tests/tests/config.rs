@@ -142,3 +142,41 @@ fn print_config_hides_the_password() {
     assert!(exit.status.success(), "stderr:\n{}", exit.stderr);
     assert!(!exit.stdout.contains("hunter2"), "{}", exit.stdout);
 }
+
+/// The default config uses no GPU; asking for a GPU pool on a build
+/// without CUDA, or on a machine without a GPU, stops the node at start
+/// with the reason and the key to change (CI has neither, so this is the
+/// path it takes).
+#[test]
+fn a_gpu_pool_without_a_gpu_is_refused_with_the_reason() {
+    let exit = run(|c| {
+        c.arg("--print-config");
+    });
+    assert!(
+        exit.stdout.contains("\"gpu_memory_pool_size\": 0"),
+        "{}",
+        exit.stdout
+    );
+    let exit = run(|c| {
+        // The GPU is opened before anything binds a port.
+        c.args(["--gpu-memory-pool-size", "64MiB", "--data-port", "0"]);
+    });
+    assert_eq!(exit.status.code(), Some(1), "stderr:\n{}", exit.stderr);
+    assert!(
+        exit.stderr
+            .contains("gpu_memory_pool_size is 67108864 bytes on gpu_device_id 0")
+            && (exit.stderr.contains("built without CUDA support")
+                || exit.stderr.contains("no CUDA driver")),
+        "stderr:\n{}",
+        exit.stderr
+    );
+    assert_refused(
+        &run(|c| {
+            c.args(["--gpu-memory-pool-size", "1KiB", "--gpu-device-id", "x"]);
+        }),
+        &[
+            "gpu_memory_pool_size: 1KiB is out of range (allowed 4MiB ..= 64TiB)",
+            "gpu_device_id: \"x\" is not a device ordinal",
+        ],
+    );
+}

@@ -5,17 +5,23 @@
 //! is the DRAM tier: one pre-allocated arena per node with a size-class
 //! allocator inside it. The NVMe tier (`nvme`, on foyer) sits under it:
 //! `spill` moves evicted values down into it and promotes them back on a
-//! read; the GPU tier comes later.
+//! read. The GPU tier (`gpu`, on cudarc, feature `cuda`) sits above DRAM:
+//! new values go up to it and its least recently used values come back
+//! down.
 //!
 //! This crate must never see RESP and never import the transport (`rdma`):
 //! `server` is the only place where tiers and transports meet.
 
 pub mod dram;
+pub mod gpu;
 pub mod nvme;
 pub mod spill;
 pub mod store;
 
+#[cfg(test)]
+mod gpu_tests;
+
 pub use store::{
-    Condition, Evicted, Expiry, LowerTier, Meta, Reservation, Store, StoreConfig, StoreError,
-    StoreStats, Tier, Ttl, Value,
+    Condition, Evicted, Expiry, GpuStats, LowerTier, Meta, Reservation, Store, StoreConfig,
+    StoreError, StoreStats, Tier, Ttl, Value,
 };

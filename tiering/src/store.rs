@@ -14,6 +14,18 @@
 //! [`Store::commit`] publishes it atomically. A reservation dropped without
 //! commit frees its chunk, so a cut transfer never leaves a partial value.
 //!
+//! With a GPU pool ([`Store::with_gpu`]) the GPU is the top tier: a newly
+//! written value is moved up to it on commit, the least recently used GPU
+//! values move down to DRAM when it is full, and DRAM evicts to the lower
+//! tier as before. A key lives in exactly one of GPU or DRAM (plus perhaps
+//! an older-or-equal copy below). Device memory is not CPU-addressable, so
+//! a reader of a GPU value gets a private DRAM copy ("staged"): every
+//! [`Value`] is readable with [`Value::as_slice`] and lies in the arena the
+//! transport registered. GPU copies never run under the index lock: the
+//! value being copied is pinned by the mover's reference, and the index
+//! swaps to the copy only if the key still holds that very value, so a
+//! write or delete that races a move always wins.
+//!
 //! The store never reads a clock: callers pass `now_ms`, which keeps expiry
 //! deterministic in tests. It never sees RESP.
 
@@ -27,6 +39,7 @@ use thiserror::Error;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3Builder};
 
 use crate::dram::{Arena, Chunk, SlabAllocator};
+use crate::gpu::DeviceMemory;
 
 /// Store-wide settings, validated by the caller.
 #[derive(Debug, Clone)]
@@ -55,18 +68,25 @@ pub enum StoreError {
     NoSpace { len: u64, used: u64, capacity: u64 },
     #[error("cannot map the DRAM arena of {capacity} bytes: {reason}")]
     Arena { capacity: u64, reason: String },
+    /// A copy out of GPU memory failed; the value is dropped (its bytes
+    /// cannot be trusted) and the read reports it.
+    #[error("GPU tier: {0}")]
+    Device(String),
 }
 
-/// Where a value lives. A value is served from DRAM only: one found in a
-/// lower tier is promoted into DRAM before it is read.
+/// Where a value lives. Readers always get DRAM bytes: a GPU value is
+/// copied into DRAM for them, and one found in a lower tier is promoted
+/// into DRAM before it is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
+    Gpu,
     Dram,
 }
 
 impl Tier {
     pub fn as_str(self) -> &'static str {
         match self {
+            Tier::Gpu => "gpu",
             Tier::Dram => "dram",
         }
     }
@@ -170,11 +190,36 @@ pub struct StoreStats {
     pub evictions: u64,
     pub evicted_bytes: u64,
     pub expired: u64,
+    pub gpu: GpuStats,
+}
+
+/// The GPU tier's figures (all zero without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuStats {
+    pub capacity_bytes: u64,
+    /// Bytes of the pool handed out to values (size-class rounded).
+    pub used_bytes: u64,
+    pub value_bytes: u64,
+    pub keys: u64,
+    /// Values moved up on write.
+    pub uploads: u64,
+    /// Values moved down to DRAM to make room.
+    pub demotions: u64,
+    /// Reads served through a DRAM copy.
+    pub staged_reads: u64,
+    /// Values that stayed in DRAM because the GPU had no unpinned room.
+    pub full: u64,
+    /// Failed copies (the log says which).
+    pub errors: u64,
 }
 
 /// A value's memory; freed when the last reference goes.
 struct Slot {
     shared: Arc<Shared>,
+    /// Which pool `chunk` is in.
+    place: Tier,
+    /// Counted in its pool's `value_bytes` (a staged copy is not).
+    counted: bool,
     chunk: Chunk,
     len: u64,
     checksum: u32,
@@ -189,16 +234,33 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.shared.alloc.lock().free(self.chunk);
-        self.shared.value_bytes.fetch_sub(self.len, Relaxed);
+        let (alloc, value_bytes) = match (self.place, &self.shared.gpu) {
+            (Tier::Gpu, Some(gpu)) => (&gpu.alloc, &gpu.value_bytes),
+            _ => (&self.shared.alloc, &self.shared.value_bytes),
+        };
+        alloc.lock().free(self.chunk);
+        if self.counted {
+            value_bytes.fetch_sub(self.len, Relaxed);
+        }
     }
 }
 
-/// What every slot needs to free itself: the arena and its allocator.
+/// What every slot needs to free itself: the pools and their allocators.
 struct Shared {
+    /// Declared before the arena so that it is dropped first: the device
+    /// unpins the arena before it is unmapped.
+    gpu: Option<GpuPool>,
     arena: Arena,
     alloc: Mutex<SlabAllocator>,
     value_bytes: AtomicU64,
+}
+
+/// The GPU tier: device memory carved by the same allocator as the arena.
+struct GpuPool {
+    device: Arc<dyn DeviceMemory>,
+    alloc: Mutex<SlabAllocator>,
+    value_bytes: AtomicU64,
+    watermark_bytes: u64,
 }
 
 /// A pinned, readable value. Holding it keeps the bytes valid and unchanged.
@@ -218,6 +280,7 @@ impl std::fmt::Debug for Value {
 
 impl Value {
     pub fn as_slice(&self) -> &[u8] {
+        debug_assert_eq!(self.slot.place, Tier::Dram, "a Value is always in DRAM");
         // SAFETY: the chunk is allocated for as long as this slot lives
         // (freed only in Slot::drop), was fully written before commit, and
         // no one writes to a committed chunk.
@@ -321,8 +384,11 @@ struct Index {
     /// Stable iteration order for SCAN: keys never move while present, so a
     /// full scan returns every key that was there throughout.
     order: BTreeSet<ScanKey>,
-    /// Least recently used first.
+    /// DRAM values, least recently used first.
     lru: BTreeMap<u64, Bytes>,
+    /// GPU values, least recently used first. Ticks are unique across both
+    /// orders, so a value moving between tiers keeps its age.
+    gpu_lru: BTreeMap<u64, Bytes>,
     expiry: BTreeSet<(u64, Bytes)>,
     tick: u64,
     /// Deleted keys → (version of the delete, when).
@@ -362,7 +428,7 @@ impl Index {
     fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let (k, e) = self.map.remove_entry(key)?;
         self.order.remove(&(scan_hash(&k), k.clone()));
-        self.lru.remove(&e.tick);
+        self.lru_of(e.slot.place).remove(&e.tick);
         if let Some(at) = e.expire_at_ms {
             self.expiry.remove(&(at, k));
         }
@@ -374,7 +440,7 @@ impl Index {
         let old = self.remove(&key);
         let tick = self.next_tick();
         self.order.insert((scan_hash(&key), key.clone()));
-        self.lru.insert(tick, key.clone());
+        self.lru_of(slot.place).insert(tick, key.clone());
         if let Some(at) = expire_at_ms {
             self.expiry.insert((at, key.clone()));
         }
@@ -414,11 +480,56 @@ impl Index {
         }
         let tick = self.next_tick();
         if let Some(e) = self.map.get_mut(key) {
-            if let Some(k) = self.lru.remove(&e.tick) {
-                self.lru.insert(tick, k);
+            let lru = match e.slot.place {
+                Tier::Gpu => &mut self.gpu_lru,
+                Tier::Dram => &mut self.lru,
+            };
+            if let Some(k) = lru.remove(&e.tick) {
+                lru.insert(tick, k);
             }
             e.tick = tick;
         }
+    }
+
+    fn lru_of(&mut self, place: Tier) -> &mut BTreeMap<u64, Bytes> {
+        match place {
+            Tier::Gpu => &mut self.gpu_lru,
+            Tier::Dram => &mut self.lru,
+        }
+    }
+
+    /// Swaps the value of a present key for the same value in another pool
+    /// (same version, expiry and age). Returns the old slot.
+    fn move_slot(&mut self, key: &Bytes, slot: Arc<Slot>) -> Option<Arc<Slot>> {
+        let e = self.map.get_mut(key)?;
+        let (tick, from, to) = (e.tick, e.slot.place, slot.place);
+        let old = std::mem::replace(&mut e.slot, slot);
+        if let Some(k) = self.lru_of(from).remove(&tick) {
+            self.lru_of(to).insert(tick, k);
+        }
+        Some(old)
+    }
+
+    /// Oldest key in `lru` at or after tick `from` whose value nobody reads
+    /// (an evictable one), looking past at most `MAX_PINNED_SKIPS` pinned.
+    fn oldest_unpinned(&self, place: Tier, from: u64) -> Option<(u64, Bytes)> {
+        let lru = match place {
+            Tier::Gpu => &self.gpu_lru,
+            Tier::Dram => &self.lru,
+        };
+        for (skipped, (tick, key)) in lru.range(from..).enumerate() {
+            if skipped > MAX_PINNED_SKIPS {
+                break;
+            }
+            let pinned = self
+                .map
+                .get(key)
+                .is_some_and(|e| Arc::strong_count(&e.slot) > 1);
+            if !pinned {
+                return Some((*tick, key.clone()));
+            }
+        }
+        None
     }
 }
 
@@ -429,7 +540,21 @@ const RECENT_FRACTION: u64 = 8;
 /// write cannot spin over a store full of leased values.
 const MAX_PINNED_SKIPS: usize = 1024;
 
-/// One node's DRAM keyspace.
+/// Values one write may move down from the GPU to make room for itself
+/// (a 16 MiB value in a pool of 4 KiB ones needs 4096) before it gives up
+/// and stays in DRAM.
+const MAX_GPU_MOVES_PER_WRITE: usize = 8192;
+
+/// Allocates from `alloc` if that keeps it under `watermark_bytes`.
+fn try_alloc_in(alloc: &Mutex<SlabAllocator>, watermark_bytes: u64, len: u64) -> Option<Chunk> {
+    let mut alloc = alloc.lock();
+    if alloc.reserved_bytes().saturating_add(len) > watermark_bytes.max(len) {
+        return None;
+    }
+    alloc.alloc(len)
+}
+
+/// One node's keyspace (GPU and DRAM; the lower tier is attached).
 pub struct Store {
     shared: Arc<Shared>,
     index: Mutex<Index>,
@@ -442,6 +567,11 @@ pub struct Store {
     evictions: AtomicU64,
     evicted_bytes: AtomicU64,
     expired: AtomicU64,
+    gpu_uploads: AtomicU64,
+    gpu_demotions: AtomicU64,
+    gpu_staged: AtomicU64,
+    gpu_full: AtomicU64,
+    gpu_errors: AtomicU64,
     /// The tier evictions go to, if any (attached once, after start).
     lower: OnceLock<Arc<dyn LowerTier>>,
 }
@@ -454,13 +584,36 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     pub fn new(cfg: StoreConfig) -> Result<Store, StoreError> {
+        Store::with_gpu(cfg, None)
+    }
+
+    /// A store whose top tier is `gpu` (its whole length is the pool). The
+    /// arena is page-locked with the device for fast copies; if that fails
+    /// copies still work, slower, and the log says so.
+    pub fn with_gpu(
+        cfg: StoreConfig,
+        gpu: Option<Arc<dyn DeviceMemory>>,
+    ) -> Result<Store, StoreError> {
         let arena = Arena::new(cfg.capacity_bytes).map_err(|e| StoreError::Arena {
             capacity: cfg.capacity_bytes,
             reason: e.to_string(),
         })?;
         let watermark_bytes = (cfg.capacity_bytes as f64 * cfg.high_watermark) as u64;
+        let gpu = gpu.map(|device| {
+            if let Err(e) = device.pin_host(arena.base_addr(), arena.len()) {
+                tracing::warn!(error = %e, "cannot page-lock the DRAM arena: GPU copies will be slower");
+            }
+            let len = device.len();
+            GpuPool {
+                alloc: Mutex::new(SlabAllocator::new(len)),
+                value_bytes: AtomicU64::new(0),
+                watermark_bytes: (len as f64 * cfg.high_watermark) as u64,
+                device,
+            }
+        });
         Ok(Store {
             shared: Arc::new(Shared {
+                gpu,
                 alloc: Mutex::new(SlabAllocator::new(cfg.capacity_bytes)),
                 arena,
                 value_bytes: AtomicU64::new(0),
@@ -474,8 +627,18 @@ impl Store {
             evictions: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            gpu_uploads: AtomicU64::new(0),
+            gpu_demotions: AtomicU64::new(0),
+            gpu_staged: AtomicU64::new(0),
+            gpu_full: AtomicU64::new(0),
+            gpu_errors: AtomicU64::new(0),
             lower: OnceLock::new(),
         })
+    }
+
+    /// The GPU pool's description, if the store has one.
+    pub fn gpu_device(&self) -> Option<String> {
+        self.shared.gpu.as_ref().map(|g| g.device.describe())
     }
 
     /// Sends evictions to `lower` from now on. Once per store; a second call
@@ -515,29 +678,19 @@ impl Store {
             return Ok(self.reservation(chunk, len));
         }
         let mut index = self.index.lock();
-        let mut skipped = 0usize;
+        let chunk = self.alloc_dram_locked(&mut index, len)?;
+        Ok(self.reservation(chunk, len))
+    }
+
+    /// A DRAM chunk of `len` bytes, evicting the least recently used
+    /// unpinned DRAM values to the lower tier until one fits.
+    fn alloc_dram_locked(&self, index: &mut Index, len: u64) -> Result<Chunk, StoreError> {
         let mut cursor = 0u64;
         loop {
             if let Some(chunk) = self.try_alloc(len) {
-                return Ok(self.reservation(chunk, len));
+                return Ok(chunk);
             }
-            // Oldest unpinned entry at or after `cursor`.
-            let mut victim = None;
-            for (tick, key) in index.lru.range(cursor..) {
-                let pinned = index
-                    .map
-                    .get(key)
-                    .is_some_and(|e| Arc::strong_count(&e.slot) > 1);
-                if !pinned {
-                    victim = Some((*tick, key.clone()));
-                    break;
-                }
-                skipped += 1;
-                if skipped > MAX_PINNED_SKIPS {
-                    break;
-                }
-            }
-            let Some((tick, key)) = victim else {
+            let Some((tick, key)) = index.oldest_unpinned(Tier::Dram, cursor) else {
                 let alloc = self.shared.alloc.lock();
                 return Err(StoreError::NoSpace {
                     len,
@@ -550,6 +703,185 @@ impl Store {
                 self.evicted(&key, e);
             }
         }
+    }
+
+    /// Moves `slot`, just committed under `key` in DRAM, up to the GPU,
+    /// making room by moving the GPU's least recently used values down. A
+    /// value that cannot go up simply stays in DRAM. Copies run without the
+    /// index lock; the caller's reference keeps the DRAM bytes alive (and
+    /// pinned) meanwhile, and the swap happens only if `key` still holds
+    /// this very slot (a write or delete that raced wins).
+    fn raise(&self, key: &Bytes, slot: &Arc<Slot>) {
+        let Some(gpu) = &self.shared.gpu else {
+            return;
+        };
+        if slot.place != Tier::Dram || slot.len == 0 || slot.len > gpu.watermark_bytes {
+            return;
+        }
+        let Some(chunk) = self.gpu_room(slot.len) else {
+            self.gpu_full.fetch_add(1, Relaxed);
+            return;
+        };
+        let src = Value { slot: slot.clone() };
+        if let Err(e) = gpu.device.upload(chunk.offset, src.as_slice()) {
+            gpu.alloc.lock().free(chunk);
+            self.gpu_errors.fetch_add(1, Relaxed);
+            tracing::warn!(error = %e, "GPU upload failed; the value stays in DRAM");
+            return;
+        }
+        let moved = Arc::new(Slot {
+            shared: self.shared.clone(),
+            place: Tier::Gpu,
+            counted: true,
+            chunk,
+            len: slot.len,
+            checksum: slot.checksum,
+            created_ms: slot.created_ms,
+            epoch: slot.epoch,
+            version: slot.version,
+            clean: slot.clean,
+        });
+        gpu.value_bytes.fetch_add(slot.len, Relaxed);
+        // Whatever leaves the index is dropped after the lock is released.
+        let _old = {
+            let mut index = self.index.lock();
+            match index.map.get(key) {
+                Some(e) if Arc::ptr_eq(&e.slot, slot) => {
+                    self.gpu_uploads.fetch_add(1, Relaxed);
+                    index.move_slot(key, moved)
+                }
+                // Raced: the GPU copy is freed as `moved` drops.
+                _ => Some(moved),
+            }
+        };
+    }
+
+    /// A GPU chunk of `len` bytes, moving the GPU's least recently used
+    /// values down to DRAM until one fits; `None` if nothing more can
+    /// move.
+    fn gpu_room(&self, len: u64) -> Option<Chunk> {
+        let gpu = self.shared.gpu.as_ref()?;
+        for _ in 0..MAX_GPU_MOVES_PER_WRITE {
+            if let Some(chunk) = try_alloc_in(&gpu.alloc, gpu.watermark_bytes, len) {
+                return Some(chunk);
+            }
+            match self.demote_gpu_oldest() {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// Moves the least recently used unpinned GPU value down to DRAM
+    /// (which may evict DRAM values to the lower tier). The copy runs
+    /// without the index lock: the value is pinned meanwhile, and the swap
+    /// happens only if the key still holds it. A value whose bytes cannot
+    /// be copied out is dropped (counted and logged). Returns whether a
+    /// value left the GPU (`false`: none could).
+    fn demote_gpu_oldest(&self) -> Result<bool, StoreError> {
+        let gpu = self
+            .shared
+            .gpu
+            .as_ref()
+            .expect("GPU value without a GPU pool");
+        let (key, slot, mut res) = {
+            let mut index = self.index.lock();
+            let Some((_, key)) = index.oldest_unpinned(Tier::Gpu, 0) else {
+                return Ok(false);
+            };
+            let slot = index.map[&key].slot.clone();
+            let chunk = self.alloc_dram_locked(&mut index, slot.len)?;
+            let res = self.reservation(chunk, slot.len);
+            (key, slot, res)
+        };
+        let copied = gpu.device.download(slot.chunk.offset, res.as_mut_slice());
+        // Whatever leaves the index is dropped after the lock is released.
+        let _old = {
+            let mut index = self.index.lock();
+            let current = index
+                .map
+                .get(&key)
+                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot));
+            match copied {
+                Err(e) => {
+                    self.gpu_errors.fetch_add(1, Relaxed);
+                    tracing::error!(error = %e, "GPU download failed while moving a value to DRAM; the value is dropped");
+                    current
+                        .then(|| index.remove(&key).map(|e| e.slot))
+                        .flatten()
+                }
+                // Rewritten or deleted meanwhile: it left the GPU anyway.
+                Ok(()) if !current => None,
+                Ok(()) => {
+                    let chunk = res.chunk.take().expect("fresh reservation");
+                    self.shared.value_bytes.fetch_add(slot.len, Relaxed);
+                    self.gpu_demotions.fetch_add(1, Relaxed);
+                    index.move_slot(
+                        &key,
+                        Arc::new(Slot {
+                            shared: self.shared.clone(),
+                            place: Tier::Dram,
+                            counted: true,
+                            chunk,
+                            len: slot.len,
+                            checksum: slot.checksum,
+                            created_ms: slot.created_ms,
+                            epoch: slot.epoch,
+                            version: slot.version,
+                            clean: slot.clean,
+                        }),
+                    )
+                }
+            }
+        };
+        Ok(true)
+    }
+
+    /// A readable value for `slot`: itself if it is in DRAM, else a private
+    /// DRAM copy of its GPU bytes (freed when the reader lets go). Must be
+    /// called without the index lock (it may evict).
+    fn readable(&self, key: &[u8], slot: Arc<Slot>) -> Result<Value, StoreError> {
+        if slot.place == Tier::Dram {
+            return Ok(Value { slot });
+        }
+        let gpu = self
+            .shared
+            .gpu
+            .as_ref()
+            .expect("GPU value without a GPU pool");
+        let mut res = self.reserve(slot.len)?;
+        if let Err(e) = gpu.device.download(slot.chunk.offset, res.as_mut_slice()) {
+            self.gpu_errors.fetch_add(1, Relaxed);
+            tracing::error!(error = %e, "GPU download failed; the value is dropped");
+            // Its bytes cannot be read back: drop the key rather than
+            // answer from memory that may be wrong. Only this very value.
+            let mut index = self.index.lock();
+            if index
+                .map
+                .get(key)
+                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot))
+            {
+                drop(index.remove(key));
+            }
+            return Err(StoreError::Device(e.to_string()));
+        }
+        self.gpu_staged.fetch_add(1, Relaxed);
+        let chunk = res.chunk.take().expect("fresh reservation");
+        Ok(Value {
+            slot: Arc::new(Slot {
+                shared: self.shared.clone(),
+                place: Tier::Dram,
+                counted: false,
+                chunk,
+                len: slot.len,
+                checksum: slot.checksum,
+                created_ms: slot.created_ms,
+                epoch: slot.epoch,
+                version: slot.version,
+                clean: false,
+            }),
+        })
     }
 
     /// Counts an entry leaving DRAM and hands it to the lower tier.
@@ -576,12 +908,22 @@ impl Store {
     }
 
     /// Moves up to `max` of the least recently used unpinned values down
-    /// to the lower tier (a graceful stop keeps DRAM's contents this way).
-    /// Returns how many moved; 0 when nothing is left or there is no lower
-    /// tier.
+    /// a tier: DRAM's to the lower tier, and once DRAM has none left, the
+    /// GPU's to DRAM (a graceful stop keeps the contents this way). Returns
+    /// how many moved; 0 when nothing is left or there is no lower tier.
     pub fn demote_some(&self, max: usize) -> usize {
         if self.lower.get().is_none() {
             return 0;
+        }
+        let dram_empty = self.index.lock().oldest_unpinned(Tier::Dram, 0).is_none();
+        if self.shared.gpu.is_some() && dram_empty {
+            let mut moved = 0;
+            // A failed copy drops the value (counted): it still leaves the
+            // GPU, so the loop ends.
+            while moved < max && self.demote_gpu_oldest().unwrap_or(false) {
+                moved += 1;
+            }
+            return moved;
         }
         let mut index = self.index.lock();
         let victims: Vec<Bytes> = index
@@ -606,11 +948,7 @@ impl Store {
 
     /// Allocates if that keeps the arena under the watermark.
     fn try_alloc(&self, len: u64) -> Option<Chunk> {
-        let mut alloc = self.shared.alloc.lock();
-        if alloc.reserved_bytes().saturating_add(len) > self.watermark_bytes.max(len) {
-            return None;
-        }
-        alloc.alloc(len)
+        try_alloc_in(&self.shared.alloc, self.watermark_bytes, len)
     }
 
     fn reservation(&self, chunk: Chunk, len: u64) -> Reservation {
@@ -652,12 +990,16 @@ impl Store {
                     Expiry::Keep => old_expiry.flatten(),
                 };
                 self.forget_lower(&key);
-                (true, index.insert(key, slot, at).map(|e| e.slot))
+                let old = index.insert(key.clone(), slot.clone(), at).map(|e| e.slot);
+                (true, old)
             } else {
-                (false, Some(slot))
+                (false, None)
             }
         };
         self.note_expired(expired);
+        if stored {
+            self.raise(&key, &slot);
+        }
         stored
     }
 
@@ -670,12 +1012,15 @@ impl Store {
         let mut garbage = Vec::with_capacity(slots.len());
         {
             let mut index = self.index.lock();
-            for (k, slot) in slots {
-                self.forget_lower(&k);
-                garbage.extend(index.insert(k, slot, None));
+            for (k, slot) in &slots {
+                self.forget_lower(k);
+                garbage.extend(index.insert(k.clone(), slot.clone(), None));
             }
         }
         drop(garbage);
+        for (k, slot) in &slots {
+            self.raise(k, slot);
+        }
     }
 
     fn seal(&self, res: Reservation, now_ms: u64) -> Arc<Slot> {
@@ -697,6 +1042,8 @@ impl Store {
         let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
         Arc::new(Slot {
             shared: self.shared.clone(),
+            place: Tier::Dram,
+            counted: true,
             chunk,
             len: res.len,
             checksum,
@@ -756,29 +1103,37 @@ impl Store {
     ) -> bool {
         let slot = self.seal_version(res, now_ms, Some(version), promoted.is_some());
         let mut expired = Vec::new();
-        let (stored, _replaced_or_refused) = {
+        let (stored, upload, _replaced) = {
             let mut index = self.index.lock();
             let buried = index.tombstones.get(&key).is_some_and(|t| *t >= version);
             let newer = !buried
                 && index
                     .live(&key, now_ms, &mut expired)
                     .is_none_or(|e| e.slot.version < version);
-            let valid = match promoted {
-                Some(still_valid) => newer && still_valid(),
+            // A promoted value is being read right now, through DRAM: it
+            // stays there. A copy from a peer is a write like any other.
+            let (valid, upload) = match promoted {
+                Some(still_valid) => (newer && still_valid(), false),
                 None => {
                     if newer {
                         self.forget_lower(&key);
                     }
-                    newer
+                    (newer, true)
                 }
             };
             if valid {
-                (true, index.insert(key, slot, expire_at_ms).map(|e| e.slot))
+                let old = index
+                    .insert(key.clone(), slot.clone(), expire_at_ms)
+                    .map(|e| e.slot);
+                (true, upload, old)
             } else {
-                (false, Some(slot))
+                (false, false, None)
             }
         };
         self.note_expired(expired);
+        if upload {
+            self.raise(&key, &slot);
+        }
         stored
     }
 
@@ -790,8 +1145,10 @@ impl Store {
         live.max(tomb)
     }
 
-    /// The value, pinned, and marks it recently used.
-    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<Value> {
+    /// The value, pinned, and marks it recently used. Fails only for a
+    /// GPU value that cannot be copied into DRAM (no room, or a device
+    /// error).
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Result<Option<Value>, StoreError> {
         let mut expired = Vec::new();
         let found = {
             let mut index = self.index.lock();
@@ -807,41 +1164,38 @@ impl Store {
         match found {
             Some(slot) => {
                 self.hits.fetch_add(1, Relaxed);
-                Some(Value { slot })
+                self.readable(key, slot).map(Some)
             }
             None => {
                 self.misses.fetch_add(1, Relaxed);
-                None
+                Ok(None)
             }
         }
     }
 
     /// The value, pinned, without counting a read or touching the LRU
     /// order (replication and repair read values nobody asked for).
-    pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<Value> {
+    pub fn peek(&self, key: &[u8], now_ms: u64) -> Result<Option<Value>, StoreError> {
+        Ok(self.peek_with_expiry(key, now_ms)?.map(|(v, _)| v))
+    }
+
+    /// Like [`Store::peek`], with the key's expiry.
+    pub fn peek_with_expiry(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Option<(Value, Option<u64>)>, StoreError> {
         let mut expired = Vec::new();
-        let slot = self
+        let found = self
             .index
             .lock()
             .live(key, now_ms, &mut expired)
             .map(|e| (e.slot.clone(), e.expire_at_ms));
         self.note_expired(expired);
-        slot.map(|(slot, _)| Value { slot })
-    }
-
-    /// Like [`Store::peek`], with the key's expiry.
-    pub fn peek_with_expiry(&self, key: &[u8], now_ms: u64) -> Option<(Value, Option<u64>)> {
-        let mut expired = Vec::new();
-        let found = self.index.lock().live(key, now_ms, &mut expired).map(|e| {
-            (
-                Value {
-                    slot: e.slot.clone(),
-                },
-                e.expire_at_ms,
-            )
-        });
-        self.note_expired(expired);
-        found
+        match found {
+            Some((slot, at)) => Ok(Some((self.readable(key, slot)?, at))),
+            None => Ok(None),
+        }
     }
 
     /// Like [`Store::get`] but reports only the facts, without pinning or
@@ -852,13 +1206,17 @@ impl Store {
             let mut index = self.index.lock();
             index.live(key, now_ms, &mut expired).map(|e| Meta {
                 len: e.slot.len,
-                tier: Tier::Dram,
+                tier: e.slot.place,
                 created_ms: e.slot.created_ms,
                 expire_at_ms: e.expire_at_ms,
                 checksum: e.slot.checksum,
                 epoch: e.slot.epoch,
                 version: e.slot.version,
-                addr: self.shared.arena.base_addr() + e.slot.chunk.offset as usize,
+                // A GPU value's offset in the pool (it has no host address).
+                addr: match e.slot.place {
+                    Tier::Dram => self.shared.arena.base_addr() + e.slot.chunk.offset as usize,
+                    Tier::Gpu => e.slot.chunk.offset as usize,
+                },
             })
         };
         self.note_expired(expired);
@@ -1040,9 +1398,27 @@ impl Store {
     }
 
     pub fn stats(&self) -> StoreStats {
-        let (keys, expiring_keys) = {
+        let (keys, expiring_keys, gpu_keys) = {
             let index = self.index.lock();
-            (index.map.len() as u64, index.expiry.len() as u64)
+            (
+                index.map.len() as u64,
+                index.expiry.len() as u64,
+                index.gpu_lru.len() as u64,
+            )
+        };
+        let gpu = match &self.shared.gpu {
+            None => GpuStats::default(),
+            Some(g) => GpuStats {
+                capacity_bytes: g.device.len(),
+                used_bytes: g.alloc.lock().used_bytes(),
+                value_bytes: g.value_bytes.load(Relaxed),
+                keys: gpu_keys,
+                uploads: self.gpu_uploads.load(Relaxed),
+                demotions: self.gpu_demotions.load(Relaxed),
+                staged_reads: self.gpu_staged.load(Relaxed),
+                full: self.gpu_full.load(Relaxed),
+                errors: self.gpu_errors.load(Relaxed),
+            },
         };
         let alloc = self.shared.alloc.lock();
         StoreStats {
@@ -1057,6 +1433,7 @@ impl Store {
             evictions: self.evictions.load(Relaxed),
             evicted_bytes: self.evicted_bytes.load(Relaxed),
             expired: self.expired.load(Relaxed),
+            gpu,
         }
     }
 }

@@ -72,10 +72,13 @@ async fn set(store: &Store, spill: &Spill<impl Backend>, i: u64, len: usize, exp
 
 /// The value of `i` from DRAM, promoting it first if it is below.
 async fn read(store: &Store, spill: &Spill<impl Backend>, i: u64) -> Option<Vec<u8>> {
-    if store.get(&key(i), NOW).is_none() && spill.contains(&key(i)) {
+    if store.get(&key(i), NOW).unwrap().is_none() && spill.contains(&key(i)) {
         spill.promote(store, &key(i), NOW).await.unwrap();
     }
-    store.get(&key(i), NOW).map(|v| v.as_slice().to_vec())
+    store
+        .get(&key(i), NOW)
+        .unwrap()
+        .map(|v| v.as_slice().to_vec())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +135,7 @@ async fn writes_and_deletes_win_over_lower_copies() {
         set(&store, &spill, i, len, Expiry::Persist).await;
     }
     spill.drain(Duration::from_secs(30)).await.unwrap();
-    assert!(store.get(&key(0), NOW).is_none() && spill.contains(&key(0)));
+    assert!(store.get(&key(0), NOW).unwrap().is_none() && spill.contains(&key(0)));
 
     // Overwrite of a key that is below: the new bytes, never the old.
     set(&store, &spill, 0, 1000, Expiry::Persist).await;
@@ -152,10 +155,10 @@ async fn writes_and_deletes_win_over_lower_copies() {
         set(&store, &spill, i, len, Expiry::Persist).await;
     }
     spill.drain(Duration::from_secs(30)).await.unwrap();
-    assert!(store.get(&key(500), NOW).is_none());
+    assert!(store.get(&key(500), NOW).unwrap().is_none());
     let later = NOW + 10;
     assert!(!spill.promote(&store, &key(500), later).await.unwrap());
-    assert!(store.get(&key(500), later).is_none());
+    assert!(store.get(&key(500), later).unwrap().is_none());
     // ...while one still alive keeps its TTL through the round trip.
     set(&store, &spill, 501, len, Expiry::At(NOW + 60_000)).await;
     for i in 700..740 {
@@ -173,7 +176,7 @@ async fn writes_and_deletes_win_over_lower_copies() {
     assert!(spill.contains(&key(700)));
     store.flush(NOW);
     assert!(!spill.promote(&store, &key(700), NOW + 1).await.unwrap());
-    assert!(store.get(&key(700), NOW + 1).is_none());
+    assert!(store.get(&key(700), NOW + 1).unwrap().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +210,7 @@ async fn copies_survive_reopen() {
             continue;
         }
         if spill.promote(&store, &key(i), NOW).await.unwrap() {
-            assert!(store.get(&key(i), NOW).unwrap().as_slice() == value(i, len));
+            assert!(store.get(&key(i), NOW).unwrap().unwrap().as_slice() == value(i, len));
             found += 1;
         }
     }
@@ -240,15 +243,15 @@ async fn faults_are_reported_and_nothing_wrong_is_served() {
     faults.fail_reads.store(true, Relaxed);
     let err = spill.promote(&store, &key(0), NOW).await.unwrap_err();
     assert!(matches!(err, PromoteError::Nvme(_)), "{err:?}");
-    assert!(store.get(&key(0), NOW).is_none());
+    assert!(store.get(&key(0), NOW).unwrap().is_none());
     faults.clear();
     assert!(spill.promote(&store, &key(0), NOW).await.unwrap());
-    assert!(store.get(&key(0), NOW).unwrap().as_slice() == value(0, len));
+    assert!(store.get(&key(0), NOW).unwrap().unwrap().as_slice() == value(0, len));
 
     // Damaged bytes: refused, never published.
     faults.corrupt_reads.store(true, Relaxed);
     assert!(spill.promote(&store, &key(1), NOW).await.is_err());
-    assert!(store.get(&key(1), NOW).is_none());
+    assert!(store.get(&key(1), NOW).unwrap().is_none());
     faults.clear();
 
     // Failing writes: evictions are lost from the cache (counted), DRAM
@@ -263,7 +266,7 @@ async fn faults_are_reported_and_nothing_wrong_is_served() {
     faults.clear();
     for i in 120..140 {
         assert!(
-            store.get(&key(i), NOW).unwrap().as_slice() == value(i, len),
+            store.get(&key(i), NOW).unwrap().unwrap().as_slice() == value(i, len),
             "DRAM key {i}"
         );
     }
@@ -367,7 +370,7 @@ async fn ttl_changes_on_promoted_values_reach_the_copy_below() {
         set(&store, &spill, i, len, Expiry::Persist).await;
     }
     spill.drain(Duration::from_secs(30)).await.unwrap();
-    assert!(store.get(&key(1), NOW).is_none(), "evicted");
+    assert!(store.get(&key(1), NOW).unwrap().is_none(), "evicted");
     assert_eq!(spill.exists_below(&key(1), NOW), Some(true));
     assert_eq!(
         spill.exists_below(&key(1), NOW + 1000),

@@ -43,7 +43,7 @@ fn value(i: u64, len: usize) -> Vec<u8> {
 fn round_trip_and_meta() {
     let s = store(16 * MIB);
     assert!(put(&s, "k", b"hello", 10).unwrap());
-    let v = s.get(b"k", 11).unwrap();
+    let v = s.get(b"k", 11).unwrap().unwrap();
     assert_eq!(v.as_slice(), b"hello");
     let m = s.meta(b"k", 11).unwrap();
     assert_eq!(m.len, 5);
@@ -51,8 +51,8 @@ fn round_trip_and_meta() {
     assert_eq!(m.checksum, crc32c::crc32c(b"hello"));
     assert_eq!(m.addr, v.addr());
     assert!(put(&s, "empty", b"", 10).unwrap());
-    assert_eq!(s.get(b"empty", 10).unwrap().as_slice(), b"");
-    assert!(s.get(b"nope", 10).is_none());
+    assert_eq!(s.get(b"empty", 10).unwrap().unwrap().as_slice(), b"");
+    assert!(s.get(b"nope", 10).unwrap().is_none());
     let st = s.stats();
     assert_eq!((st.hits, st.misses, st.keys, st.value_bytes), (2, 1, 2, 5));
 }
@@ -61,12 +61,12 @@ fn round_trip_and_meta() {
 fn conditions() {
     let s = store(16 * MIB);
     assert!(!put_with(&s, "k", b"a", Condition::IfPresent, Expiry::Persist, 0).unwrap());
-    assert!(s.get(b"k", 0).is_none());
+    assert!(s.get(b"k", 0).unwrap().is_none());
     assert!(put_with(&s, "k", b"a", Condition::IfAbsent, Expiry::Persist, 0).unwrap());
     assert!(!put_with(&s, "k", b"b", Condition::IfAbsent, Expiry::Persist, 0).unwrap());
-    assert_eq!(s.get(b"k", 0).unwrap().as_slice(), b"a");
+    assert_eq!(s.get(b"k", 0).unwrap().unwrap().as_slice(), b"a");
     assert!(put_with(&s, "k", b"c", Condition::IfPresent, Expiry::Persist, 0).unwrap());
-    assert_eq!(s.get(b"k", 0).unwrap().as_slice(), b"c");
+    assert_eq!(s.get(b"k", 0).unwrap().unwrap().as_slice(), b"c");
     // A refused write frees its reservation.
     assert_eq!(s.stats().value_bytes, 1);
 }
@@ -78,8 +78,11 @@ fn expiry_lazy_active_and_keep() {
     assert_eq!(s.ttl(b"t", 40), Ttl::Ms(60));
     put_with(&s, "t", b"w", Condition::Always, Expiry::Keep, 50).unwrap();
     assert_eq!(s.ttl(b"t", 50), Ttl::Ms(50));
-    assert!(s.get(b"t", 99).is_some());
-    assert!(s.get(b"t", 100).is_none(), "expired at its deadline");
+    assert!(s.get(b"t", 99).unwrap().is_some());
+    assert!(
+        s.get(b"t", 100).unwrap().is_none(),
+        "expired at its deadline"
+    );
     assert_eq!(s.ttl(b"t", 100), Ttl::Missing);
 
     put_with(&s, "a", b"v", Condition::Always, Expiry::At(10), 0).unwrap();
@@ -120,11 +123,14 @@ fn eviction_keeps_accounting_within_capacity() {
     // The most recent writes survive and are intact; evicted ones are gone.
     for i in (n - 20)..n {
         assert_eq!(
-            s.get(format!("k{i}").as_bytes(), n).unwrap().as_slice(),
+            s.get(format!("k{i}").as_bytes(), n)
+                .unwrap()
+                .unwrap()
+                .as_slice(),
             &value(i, 100 * 1024)[..]
         );
     }
-    assert!(s.get(b"k0", n).is_none());
+    assert!(s.get(b"k0", n).unwrap().is_none());
     assert_eq!(st.value_bytes, st.keys * 100 * 1024);
 }
 
@@ -136,7 +142,7 @@ fn lru_order_respects_reads() {
         put(&s, &format!("f{i}"), &value(i, 512 * 1024), 0).unwrap();
     }
     // Touch "old" so it is the most recent, then force evictions.
-    assert!(s.get(b"old", 0).is_some());
+    assert!(s.get(b"old", 0).unwrap().is_some());
     put(&s, "big", &value(9, 1536 * 1024), 0).unwrap();
     assert!(s.exists(b"old", 0));
     assert!(!s.exists(b"f0", 0));
@@ -147,8 +153,8 @@ fn pinned_values_are_never_evicted() {
     let s = store(4 * MIB);
     put(&s, "a", &value(1, 1800 * 1024), 0).unwrap();
     put(&s, "b", &value(2, 1800 * 1024), 0).unwrap();
-    let pa = s.get(b"a", 0).unwrap();
-    let pb = s.get(b"b", 0).unwrap();
+    let pa = s.get(b"a", 0).unwrap().unwrap();
+    let pb = s.get(b"b", 0).unwrap().unwrap();
     match s.reserve(1800 * 1024) {
         Err(StoreError::NoSpace { .. }) => {}
         other => panic!("expected NoSpace, got {other:?}"),
@@ -171,7 +177,7 @@ fn pinned_values_are_never_evicted() {
 fn overwrite_and_delete_while_read_keep_the_old_bytes() {
     let s = store(16 * MIB);
     put(&s, "k", &value(1, 4096), 0).unwrap();
-    let reader = s.get(b"k", 0).unwrap();
+    let reader = s.get(b"k", 0).unwrap().unwrap();
     let before = s.stats().used_bytes;
     put(&s, "k", &value(2, 4096), 0).unwrap();
     assert!(s.delete(b"k", 0) || !s.exists(b"k", 0));
@@ -280,8 +286,8 @@ fn commit_all_is_atomic_and_replaces() {
         })
         .collect();
     s.commit_all(items, 0);
-    assert_eq!(s.get(b"a", 0).unwrap().as_slice(), b"new");
-    assert_eq!(s.get(b"b", 0).unwrap().as_slice(), b"new");
+    assert_eq!(s.get(b"a", 0).unwrap().unwrap().as_slice(), b"new");
+    assert_eq!(s.get(b"b", 0).unwrap().unwrap().as_slice(), b"new");
     assert_eq!(s.stats().value_bytes, 6);
 }
 
@@ -312,7 +318,7 @@ fn tombstones_refuse_older_copies_of_deleted_keys() {
     // A local write clears the tombstone.
     s.delete(b"k", 2000);
     put(&s, "k", b"new", 2001).unwrap();
-    assert_eq!(s.get(b"k", 2001).unwrap().as_slice(), b"new");
+    assert_eq!(s.get(b"k", 2001).unwrap().unwrap().as_slice(), b"new");
     // Tombstones are forgotten after tombstone_ms.
     s.delete(b"k", 3000);
     s.delete(b"other", 70_000);

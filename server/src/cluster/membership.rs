@@ -62,6 +62,16 @@ fn record(node: &Node) -> NodeRecord {
         capacity_bytes: s.capacity_bytes,
         used_bytes: s.reserved_bytes,
     }];
+    if s.gpu.capacity_bytes > 0 {
+        me.tiers.insert(
+            0,
+            TierUsage {
+                tier: "gpu".into(),
+                capacity_bytes: s.gpu.capacity_bytes,
+                used_bytes: s.gpu.used_bytes,
+            },
+        );
+    }
     if let Some(spill) = &node.spill {
         let n = spill.stats().nvme;
         me.tiers.push(TierUsage {

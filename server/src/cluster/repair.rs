@@ -131,8 +131,15 @@ async fn repair_key(
     key: bytes::Bytes,
     tally: &mut Tally,
 ) {
-    let Some((value, expire)) = node.store.peek_with_expiry(&key, now_ms()) else {
-        return;
+    let (value, expire) = match node.store.peek_with_expiry(&key, now_ms()) {
+        Ok(Some(found)) => found,
+        Ok(None) => return,
+        Err(e) => {
+            // Counted as a failure: the repair runs again later.
+            tracing::warn!(error = %e, "repair cannot read a value");
+            tally.failed += 1;
+            return;
+        }
     };
     let slot = key_slot(&key);
     let set = ring.replicas(slot, copies);

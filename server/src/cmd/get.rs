@@ -11,14 +11,17 @@ use strata_proto::{CommandError, ErrorCode, Reply};
 use strata_rdma::Transport;
 use strata_tiering::Value;
 
-use super::{desc_arg, transfer_error, Ctx, Out};
+use super::{desc_arg, store_error, transfer_error, Ctx, Out};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.fetch_missing(&args[1..2]) {
         return out;
     }
     match args {
-        [_, key] => Out::Value(ctx.node.store.get(key, ctx.now_ms)),
+        [_, key] => match ctx.node.store.get(key, ctx.now_ms) {
+            Ok(v) => Out::Value(v),
+            Err(e) => store_error(e).into(),
+        },
         [_, key, desc] => match lease(ctx, key, desc) {
             Ok(r) => r.into(),
             Err(e) => e.into(),
@@ -43,6 +46,7 @@ fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandErr
         .node
         .store
         .get(key, ctx.now_ms)
+        .map_err(store_error)?
         .ok_or_else(|| CommandError::new(ErrorCode::NotFound, "no such key"))?;
     if value.len() > dst.len {
         return Err(CommandError::new(

@@ -139,11 +139,28 @@ fn render(node: &Node, section: &str, out: &mut String) {
         }
         "tiers" => {
             out.push_str("# Tiers\r\n");
+            match node.store.gpu_device() {
+                None => line(out, "gpu_enabled", 0),
+                Some(device) => {
+                    let g = &s.gpu;
+                    line(out, "gpu_enabled", 1);
+                    line(out, "gpu_device", device);
+                    line(out, "gpu_capacity_bytes", g.capacity_bytes);
+                    line(out, "gpu_used_bytes", g.used_bytes);
+                    line(out, "gpu_value_bytes", g.value_bytes);
+                    line(out, "gpu_keys", g.keys);
+                    line(out, "gpu_uploads", g.uploads);
+                    line(out, "gpu_demotions", g.demotions);
+                    line(out, "gpu_staged_reads", g.staged_reads);
+                    line(out, "gpu_full", g.full);
+                    line(out, "gpu_errors", g.errors);
+                }
+            }
             line(out, "dram_capacity_bytes", s.capacity_bytes);
             line(out, "dram_used_bytes", s.used_bytes);
             line(out, "dram_reserved_bytes", s.reserved_bytes);
             line(out, "dram_value_bytes", s.value_bytes);
-            line(out, "dram_keys", s.keys);
+            line(out, "dram_keys", s.keys - s.gpu.keys);
             line(out, "dram_evictions", s.evictions);
             line(out, "dram_evicted_bytes", s.evicted_bytes);
             let Some(spill) = &node.spill else {

@@ -8,10 +8,12 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.fetch_missing(&args[1..]) {
         return out;
     }
-    Out::Values(
-        args[1..]
-            .iter()
-            .map(|k| ctx.node.store.get(k, ctx.now_ms))
-            .collect(),
-    )
+    match args[1..]
+        .iter()
+        .map(|k| ctx.node.store.get(k, ctx.now_ms))
+        .collect()
+    {
+        Ok(values) => Out::Values(values),
+        Err(e) => super::store_error(e).into(),
+    }
 }

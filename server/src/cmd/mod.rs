@@ -237,8 +237,12 @@ impl Ctx<'_> {
         Out::Later(Box::pin(async move {
             for key in keys {
                 let targets = replicate::targets(&node, &key, copies);
-                if let Some((value, expire)) = node.store.peek_with_expiry(&key, now) {
-                    replicate::push(&node, key, value, expire, targets).await;
+                match node.store.peek_with_expiry(&key, now) {
+                    Ok(Some((value, expire))) => {
+                        replicate::push(&node, key, value, expire, targets).await;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return store_error(e).into(),
                 }
             }
             reply
@@ -528,6 +532,7 @@ pub fn store_error(e: strata_tiering::StoreError) -> CommandError {
         StoreError::TooLarge { .. } => CommandError::new(ErrorCode::TooLarge, e.to_string()),
         StoreError::NoSpace { .. } => CommandError::new(ErrorCode::NoSpace, e.to_string()),
         StoreError::Arena { .. } => CommandError::err(e.to_string()),
+        StoreError::Device(_) => CommandError::err(format!("io: {e}")),
     }
 }
 

@@ -46,7 +46,11 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 Expiry::Persist,
                 now_ms(),
             );
-            if let Some(value) = node.store.peek(&key, now_ms()) {
+            if let Some(value) = node
+                .store
+                .peek(&key, now_ms())
+                .map_err(super::store_error)?
+            {
                 replicate::push(&node, key, value, None, targets).await;
             }
             Ok::<(), CommandError>(())

@@ -41,10 +41,14 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         return out;
     }
     let store = &ctx.node.store;
-    let values: Vec<_> = keys
-        .iter()
-        .map_while(|k| store.get(k, ctx.now_ms))
-        .collect();
+    let mut values = Vec::new();
+    for k in keys {
+        match store.get(k, ctx.now_ms) {
+            Ok(Some(v)) => values.push(v),
+            Ok(None) => break,
+            Err(e) => return super::store_error(e).into(),
+        }
+    }
     let n = values.len();
     if n == 0 {
         return Reply::Array(vec![Reply::Int(0), Reply::Int(0)]).into();

@@ -49,8 +49,14 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         if !node.store.commit(key.clone(), res, cond, expiry, now_ms()) {
             return Reply::Nil;
         }
-        if let Some((value, exp)) = node.store.peek_with_expiry(&key, now_ms()) {
-            replicate::push(&node, key, value, exp, targets).await;
+        // A value the GPU tier cannot copy out for the replicas is reported:
+        // the write is not as safe as an OK would say.
+        match node.store.peek_with_expiry(&key, now_ms()) {
+            Ok(Some((value, exp))) => {
+                replicate::push(&node, key, value, exp, targets).await;
+            }
+            Ok(None) => {}
+            Err(e) => return super::store_error(e).into(),
         }
         Reply::Ok
     }))

@@ -15,8 +15,10 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         return out;
     }
     let node = ctx.node.clone();
-    let Some((value, expire)) = node.store.peek_with_expiry(&args[1], ctx.now_ms) else {
-        return CommandError::new(ErrorCode::NotFound, "no such key").into();
+    let (value, expire) = match node.store.peek_with_expiry(&args[1], ctx.now_ms) {
+        Ok(Some(found)) => found,
+        Ok(None) => return CommandError::new(ErrorCode::NotFound, "no such key").into(),
+        Err(e) => return super::store_error(e).into(),
     };
     let ring = node.cluster.ring();
     let Some(target) = ring
