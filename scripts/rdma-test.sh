@@ -86,7 +86,10 @@ esac
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v cc >/dev/null || need+=(gcc)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# bindgen loads libclang itself (libclang.so or libclang-N.so): libclang-cpp,
+# which some LLVM packages bring along, does not count.
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+  compgen -G '/usr/lib/*/libclang-[0-9]*.so*' >/dev/null || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   step "installing ${need[*]} (to build the rdma feature)"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
