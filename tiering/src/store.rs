@@ -232,6 +232,26 @@ struct Slot {
     clean: bool,
 }
 
+impl Slot {
+    /// The same value over another chunk: moved between pools (`counted`
+    /// in its new pool), or a reader's private copy (not counted, and not
+    /// `clean`: evicting it is never asked).
+    fn copy_at(&self, place: Tier, chunk: Chunk, counted: bool) -> Arc<Slot> {
+        Arc::new(Slot {
+            shared: self.shared.clone(),
+            place,
+            counted,
+            chunk,
+            len: self.len,
+            checksum: self.checksum,
+            created_ms: self.created_ms,
+            epoch: self.epoch,
+            version: self.version,
+            clean: self.clean && counted,
+        })
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let (alloc, value_bytes) = match (self.place, &self.shared.gpu) {
@@ -729,18 +749,7 @@ impl Store {
             tracing::warn!(error = %e, "GPU upload failed; the value stays in DRAM");
             return;
         }
-        let moved = Arc::new(Slot {
-            shared: self.shared.clone(),
-            place: Tier::Gpu,
-            counted: true,
-            chunk,
-            len: slot.len,
-            checksum: slot.checksum,
-            created_ms: slot.created_ms,
-            epoch: slot.epoch,
-            version: slot.version,
-            clean: slot.clean,
-        });
+        let moved = slot.copy_at(Tier::Gpu, chunk, true);
         gpu.value_bytes.fetch_add(slot.len, Relaxed);
         // Whatever leaves the index is dropped after the lock is released.
         let _old = {
@@ -817,21 +826,7 @@ impl Store {
                     let chunk = res.chunk.take().expect("fresh reservation");
                     self.shared.value_bytes.fetch_add(slot.len, Relaxed);
                     self.gpu_demotions.fetch_add(1, Relaxed);
-                    index.move_slot(
-                        &key,
-                        Arc::new(Slot {
-                            shared: self.shared.clone(),
-                            place: Tier::Dram,
-                            counted: true,
-                            chunk,
-                            len: slot.len,
-                            checksum: slot.checksum,
-                            created_ms: slot.created_ms,
-                            epoch: slot.epoch,
-                            version: slot.version,
-                            clean: slot.clean,
-                        }),
-                    )
+                    index.move_slot(&key, slot.copy_at(Tier::Dram, chunk, true))
                 }
             }
         };
@@ -869,18 +864,7 @@ impl Store {
         self.gpu_staged.fetch_add(1, Relaxed);
         let chunk = res.chunk.take().expect("fresh reservation");
         Ok(Value {
-            slot: Arc::new(Slot {
-                shared: self.shared.clone(),
-                place: Tier::Dram,
-                counted: false,
-                chunk,
-                len: slot.len,
-                checksum: slot.checksum,
-                created_ms: slot.created_ms,
-                epoch: slot.epoch,
-                version: slot.version,
-                clean: false,
-            }),
+            slot: slot.copy_at(Tier::Dram, chunk, false),
         })
     }
 
