@@ -26,7 +26,7 @@
 #    down and no copy errors.
 #
 # Settings: GPU_POOL (server, default 2GiB), BENCH_POOL (copy speed,
-# default 4GiB), PORT (7579), OUT (a file for the summary, optional).
+# default 4GiB), PORT (7579).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -83,11 +83,12 @@ run() {
   "$DIR/strata-server" --port "$PORT" --metrics-port 0 --data-port 0 \
     --cpu-memory-pool-size 4GiB --gpu-memory-pool-size "$GPU_POOL" \
     --ssd-pool-size 0 >"$log" 2>&1 &
-  local pid=$!
-  trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+  # Global, not local: the EXIT trap may run after this function's scope.
+  SERVER_PID=$!
+  trap 'kill $SERVER_PID 2>/dev/null || true; wait $SERVER_PID 2>/dev/null || true' EXIT
   for _ in $(seq 300); do
     resp PING 2>/dev/null | grep -q PONG && break
-    kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
+    kill -0 $SERVER_PID 2>/dev/null || { cat "$log"; exit 1; }
     sleep 0.1
   done
   grep -m1 "GPU tier ready" "$log" || { cat "$log"; exit 1; }
@@ -112,8 +113,8 @@ run() {
     cat "$log"
     exit 1
   fi
-  kill $pid
-  wait $pid 2>/dev/null || true
+  kill $SERVER_PID
+  wait $SERVER_PID 2>/dev/null || true
   trap - EXIT
   echo "gpu-check: OK"
 }
