@@ -19,19 +19,12 @@ SIZES=${SIZES:-64KiB,1MiB,4MiB}
 CLIENTS=${CLIENTS:-"1 4"}
 DURATION=${DURATION:-2}   # seconds per phase
 KEYS=${KEYS:-64}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 if [[ "${1:-}" != --inner ]]; then
-    need=()
-    for p in redis-server iperf3 libibverbs1 libnuma1 libcurl4; do
-        dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-    done
-    if ((${#need[@]})); then
-        apt-get update -q && apt-get install -y -q "${need[@]}"
-    fi
-    if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import mooncake.store, numpy' 2>/dev/null; then
-        python3 -m venv "$VENV"
-        "$VENV/bin/pip" install -q mooncake-transfer-engine-non-cuda==0.3.13.post1 numpy
-    fi
+    need_packages redis-server iperf3 libibverbs1 libnuma1 libcurl4
+    mooncake_venv "$VENV"
     (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench)
     mkdir -p "$OUT"
     : >"$RESULTS"
@@ -44,9 +37,6 @@ BIN=$CARGO_TARGET_DIR/release
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
 
 bench() { # system api addr target
     for c in $CLIENTS; do

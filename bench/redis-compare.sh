@@ -16,7 +16,8 @@ TARGET=${CARGO_TARGET_DIR:-target}
 [ -x "$TARGET/release/strata-server" ] || cargo build --release -p strata-server
 command -v redis-server >/dev/null || { echo "redis-server missing: apt-get install redis-server" >&2; exit 2; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 SP=$(free_port); RP=$(free_port)
 "$TARGET/release/strata-server" --port "$SP" --metrics-port 0 --data-port 0 --cpu-memory-pool-size 4GiB >/dev/null 2>&1 &
 SPID=$!

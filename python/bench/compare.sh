@@ -24,19 +24,12 @@ DURATION=${DURATION:-2}   # seconds per phase
 ROUNDS=${ROUNDS:-3}
 KEYS=${KEYS:-64}
 export OUT RESULTS PYVENV MCVENV SIZES CLIENTS DURATION ROUNDS KEYS
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 if [[ "${1:-}" != --inner ]]; then
-    need=()
-    for p in libibverbs1 libnuma1 libcurl4; do
-        dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-    done
-    if ((${#need[@]})); then
-        apt-get update -q && apt-get install -y -q "${need[@]}"
-    fi
-    if [[ ! -x $MCVENV/bin/python ]] || ! "$MCVENV/bin/python" -c 'import mooncake.store, numpy' 2>/dev/null; then
-        python3 -m venv "$MCVENV"
-        "$MCVENV/bin/pip" install -q mooncake-transfer-engine-non-cuda==0.3.13.post1 numpy
-    fi
+    need_packages libibverbs1 libnuma1 libcurl4
+    mooncake_venv "$MCVENV"
     [[ -x $PYVENV/bin/python ]] || python3 -m venv "$PYVENV"
     "$PYVENV/bin/pip" install -q --disable-pip-version-check numpy "$ROOT/python"   # the documented install (release)
     (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench)
@@ -48,8 +41,6 @@ fi
 
 ip link set lo up
 BIN=$CARGO_TARGET_DIR/release
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
 
 SP=$(free_port); DP=$(free_port); MP=$(free_port)
 "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" 2>"$OUT/strata.log" &
