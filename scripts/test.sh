@@ -2,7 +2,8 @@
 # Runs every strata test on a fresh Debian machine with Rust.
 #
 # Installs what the tests need (Debian packages: protoc, etcd, redis-tools;
-# a Python venv with redis-py and pytest), checks
+# a Python venv with redis-py and pytest; a machine-wide venv with LMCache
+# and SGLang for the adapter tests), checks
 # formatting and lints, builds, runs the Rust tests (which start and stop
 # their own server processes), then starts one strata-server and runs the
 # Redis conformance suite against it: redis-py (pytest), a scripted
@@ -74,13 +75,25 @@ kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite
 
 # --- 4b. Python SDK (python/): build, install, pytest ------------------------
 # The documented install is `pip install ./python` (release); here the same
-# build runs with the dev profile to stay fast, against the debug server
-# built above. The tests start and stop their own servers (and etcd).
-step "python SDK: pip install ./python (dev profile) and pytest python/tests"
+# package is built once as a wheel with the dev profile (into the shared
+# target dir) and installed into both venvs below. The tests start and stop
+# their own servers (and etcd).
+step "python SDK: wheel (dev profile), pytest python/tests"
 "$VENV/bin/pip" install -q --disable-pip-version-check 'maturin>=1.7,<2' numpy
-PATH="$VENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$VENV/bin/pip" install -q --disable-pip-version-check \
-  --no-build-isolation ./python
-"$VENV/bin/python" -m pytest python/tests -q -rs
+rm -rf "$CARGO_TARGET_DIR/wheels"
+"$VENV/bin/maturin" build -q --profile dev -m python/Cargo.toml -o "$CARGO_TARGET_DIR/wheels"
+WHEEL=$(ls "$CARGO_TARGET_DIR"/wheels/strata_kv-*.whl)
+"$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+"$VENV/bin/python" -m pytest python/tests -q -rs --ignore=python/tests/engines
+
+# --- 4c. The engine adapters, driven by the engines themselves ----------------
+# LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)
+# in a machine-wide venv that scripts/engine-venv.sh builds once (about
+# 6.5 GB and 5-10 minutes the first time) and every later run reuses.
+step "engines: LMCache and SGLang drive the adapters (python/tests/engines)"
+ENGINES=$(bash scripts/engine-venv.sh)
+"$ENGINES/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -q -rs
 
 # --- 5. A short fuzzing run of the protocol parsers ---------------------------
 step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"

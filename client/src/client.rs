@@ -548,6 +548,42 @@ impl Client {
         Err(Error::Protocol("STRATA.META reply without size".into()))
     }
 
+    /// Keys matching the glob `pattern` on every node of the map (one
+    /// `SCAN` walk per node; a key held by several nodes is listed once),
+    /// at most `limit` of them.
+    pub async fn scan(&self, pattern: &[u8], limit: usize) -> Result<Vec<Bytes>> {
+        let mut addrs = self.router.addrs();
+        if addrs.is_empty() {
+            addrs.clone_from(&self.cfg.seeds);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for addr in addrs {
+            let node = self.router.node(&addr);
+            let mut cursor = Bytes::from_static(b"0");
+            loop {
+                let args: [&[u8]; 6] = [b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", SCAN_COUNT];
+                let reply = node
+                    .call(&args, Idempotent::Yes, self.cfg.retry_attempts)
+                    .await?;
+                let (next, keys) = scan_page(reply)?;
+                for key in keys {
+                    if out.len() >= limit {
+                        return Ok(out);
+                    }
+                    if seen.insert(key.clone()) {
+                        out.push(key);
+                    }
+                }
+                if &next[..] == b"0" {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(out)
+    }
+
     /// `INFO section` of the first node that answers, as text.
     pub async fn info(&self, section: &str) -> Result<String> {
         let reply = self
@@ -646,6 +682,35 @@ fn region_tail(region: &Region, offset: usize) -> Result<usize> {
     (region.len() as usize)
         .checked_sub(offset)
         .ok_or(Error::Invalid("offset past the end of the buffer"))
+}
+
+/// Keys a `SCAN` step asks for: enough to keep round trips few, small
+/// enough that one reply stays well under the reply size limit.
+const SCAN_COUNT: &[u8] = b"1000";
+
+/// `[cursor, [key...]]`.
+fn scan_page(reply: BytesFrame) -> Result<(Bytes, Vec<Bytes>)> {
+    let BytesFrame::Array(mut parts) = reply else {
+        return Err(unexpected("a SCAN reply", &reply));
+    };
+    if parts.len() != 2 {
+        return Err(Error::Protocol(format!(
+            "SCAN reply of {} parts",
+            parts.len()
+        )));
+    }
+    let keys = match parts.pop() {
+        Some(BytesFrame::Array(keys)) => keys,
+        Some(other) => return Err(unexpected("a SCAN key list", &other)),
+        None => unreachable!("checked two parts"),
+    };
+    let cursor = expect_bulk_or_nil(parts.pop().expect("checked two parts"))?
+        .ok_or_else(|| Error::Protocol("nil SCAN cursor".into()))?;
+    let keys = keys
+        .into_iter()
+        .map(|k| expect_bulk_or_nil(k)?.ok_or_else(|| Error::Protocol("nil key in SCAN".into())))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((cursor, keys))
 }
 
 fn count(n: i64) -> Result<usize> {

@@ -264,6 +264,18 @@ impl NativeClient {
             .map_err(to_pyerr)
     }
 
+    /// Keys matching the glob `pattern` on every node, at most `limit`.
+    fn scan(&self, py: Python<'_>, pattern: &[u8], limit: usize) -> PyResult<Vec<PyObject>> {
+        let pattern = pattern.to_vec();
+        let keys = self
+            .run(py, |c| async move { c.scan(&pattern, limit).await })?
+            .map_err(to_pyerr)?;
+        Ok(keys
+            .iter()
+            .map(|k| PyBytes::new(py, k).into_any().unbind())
+            .collect())
+    }
+
     /// Stores `target[..size]` under `key`; the node pulls the bytes.
     #[pyo3(signature = (key, target, size=None))]
     fn put_from(

@@ -126,6 +126,16 @@ class Client:
         """Length of the value of ``key``, ``None`` if it does not exist."""
         return self._native.value_size(key)
 
+    def scan(self, pattern: Key = "*", limit: int = 100_000) -> List[bytes]:
+        """Keys matching the Redis glob ``pattern`` on every node (``SCAN``
+        per node; a key held by several nodes is listed once), at most
+        ``limit``."""
+        if isinstance(pattern, str):
+            pattern = pattern.encode()
+        if limit < 0:
+            raise InvalidArgumentError("limit must be >= 0")
+        return self._native.scan(pattern, limit)
+
     def info(self, section: str = "default") -> str:
         return self._native.info(section)
 

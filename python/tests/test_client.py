@@ -186,3 +186,14 @@ def test_threads_share_a_client_with_the_gil_released(client, key):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_scan_lists_matching_keys_once(client, key):
+    names = [key(f"scan{i}") for i in range(5)]
+    for n in names:
+        client.put(n, b"x")
+    prefix = key("scan")[: -len("scan")]
+    found = client.scan(prefix.replace("[", "\\[") + "scan*")
+    assert sorted(found) == sorted(n.encode() for n in names)
+    assert len(client.scan(prefix.replace("[", "\\[") + "scan*", 2)) == 2
+    assert client.scan(key("nothing-here") + "*") == []

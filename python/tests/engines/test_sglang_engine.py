@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from conftest import run_driver
+from harness import run_driver
 
 PAGES = 6
 
@@ -30,6 +30,7 @@ def written(server):
         scenario("generic", path="generic", seed=2, model=m("generic")),
         scenario("direct", layout="page_first_direct", seed=3, model=m("direct")),
         scenario("layer_first", layout="layer_first", seed=4, model=m("layer_first")),
+        scenario("head", layout="page_head", seed=10, model=m("head")),
         scenario("mla", pool="mla", seed=5, model=m("mla"), ranks={"tp_rank": 0, "tp_size": 2}),
         scenario("mla_rank1", pool="mla", seed=55, model=m("mla"), ranks={"tp_rank": 1, "tp_size": 2}),
         scenario("pp0", seed=6, model=m("pp"), ranks={"pp_rank": 0, "pp_size": 2}),
@@ -56,7 +57,7 @@ def test_prefetch_in_a_fresh_process_gets_every_page(server, written):
     writes, _ = written
     w = dict(writes)
     reads = [
-        w["v1"], w["generic"], w["direct"], w["layer_first"],
+        w["v1"], w["generic"], w["direct"], w["layer_first"], w["head"],
         # Both controller paths store the same keys and bytes.
         {**w["v1"], "name": "v1_read_generic", "path": "generic"},
         {**w["generic"], "name": "generic_read_v1", "path": "v1"},
@@ -71,7 +72,7 @@ def test_prefetch_in_a_fresh_process_gets_every_page(server, written):
     ]
     results = {r["name"]: r for r in run_driver("sglang_driver.py", "read", server.addr, json.dumps(reads))}
     full = {"hit_tokens": PAGES * 16, "loaded_tokens": PAGES * 16, "pages_equal": PAGES}
-    for name in ["v1", "generic", "direct", "layer_first", "v1_read_generic", "generic_read_v1",
+    for name in ["v1", "generic", "direct", "layer_first", "head", "v1_read_generic", "generic_read_v1",
                  "mla", "mla_read_rank1", "pp0", "pp1", "tp0", "tp1"]:
         assert results[name] == {"name": name, **full}, results[name]
     for name in ["absent", "other_layout"]:

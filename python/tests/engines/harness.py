@@ -1,0 +1,69 @@
+"""Fixtures and helpers for the engine tests: real strata-server processes (and etcd)
+from python/tests/servers.py. These tests run in the engines venv
+(scripts/engine-venv.sh), where LMCache and SGLang are installed from PyPI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from servers import Etcd, Server, resp, wait_for  # noqa: E402
+
+DRIVER_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server(pool="512MiB")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """etcd and three nodes with replica_num 2 (distinct host names)."""
+    etcd = Etcd()
+    nodes = []
+    try:
+        for i in range(3):
+            nodes.append(
+                Server(
+                    [
+                        "--metadata-server", etcd.url, "--cluster-name", f"engines-{os.getpid()}",
+                        "--node-id", f"n{i}", "--host-name", f"h{i}", "--replica-num", "2",
+                    ],
+                    pool="384MiB",
+                )
+            )
+        for n in nodes:
+            wait_for(lambda n=n: b"cluster_known_nodes:3" in resp(n.port, "CLUSTER", "INFO"),
+                     f"node {n.port} sees all three nodes")
+        yield nodes
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.stop()
+
+
+def run_driver(script: str, *args: str, env: dict = None) -> list:
+    """Runs a driver in a fresh interpreter; its ``RESULT {json}`` lines."""
+    full_env = dict(os.environ)
+    # SGLang JIT-builds a C++ extension with the venv's ninja.
+    full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args],
+        capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, env=full_env,
+    )
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not results:
+        raise AssertionError(f"{script} {args[0]} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return results
