@@ -35,10 +35,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from ..client import Client
+from ._once import OnceLog
 
 try:  # The real base classes when LMCache is installed (its loaders check them).
     from lmcache.v1.storage_backend.connector import ConnectorAdapter as _AdapterBase
@@ -99,21 +99,6 @@ def resolve_seeds(config: Any, plugin_name: Optional[str] = None) -> str:
     )
 
 
-class _OnceLog:
-    """Logs the first failure of each kind with its reason, then counts."""
-
-    def __init__(self) -> None:
-        self.counts: Dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, kind: str, detail: Any) -> None:
-        with self._lock:
-            n = self.counts.get(kind, 0)
-            self.counts[kind] = n + 1
-        if n == 0:
-            logger.warning("strata LMCache connector: %s failed: %s (further failures of this kind are counted, not logged)", kind, detail)
-
-
 class StrataConnector(_Base):
     """LMCache ``RemoteConnector`` on a strata cluster. Its async methods
     run the blocking client calls in the loop's default executor."""
@@ -137,7 +122,7 @@ class StrataConnector(_Base):
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
         self.model_name = getattr(metadata, "model_name", None)
-        self.failures = _OnceLog()
+        self.failures = OnceLog(logger, "strata LMCache connector")
         self.client = Client(resolve_seeds(config, plugin_name))
 
     # -- sync cores ----------------------------------------------------------------

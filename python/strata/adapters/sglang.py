@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..client import Client
+from ._once import OnceLog
 
 try:  # The real base class when SGLang is installed (its factory checks it).
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as _Base
@@ -93,22 +93,6 @@ def shard_name(storage_config: Any) -> str:
     return shard
 
 
-class _OnceLog:
-    """Logs the first failure of each kind with its reason, then counts the
-    rest (a storage outage must not flood the engine's log)."""
-
-    def __init__(self) -> None:
-        self.counts: Dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, kind: str, detail: Any) -> None:
-        with self._lock:
-            n = self.counts.get(kind, 0)
-            self.counts[kind] = n + 1
-        if n == 0:
-            logger.warning("strata HiCache backend: %s failed: %s (further failures of this kind are counted, not logged)", kind, detail)
-
-
 class StrataHiCacheStorage(_Base):
     """``HiCacheStorage`` backed by a strata cluster."""
 
@@ -129,7 +113,7 @@ class StrataHiCacheStorage(_Base):
         self.mem_pool_host: Any = None
         self.geometry: Optional[str] = None
         self.zero_copy = False
-        self.failures = _OnceLog()
+        self.failures = OnceLog(logger, "strata HiCache backend")
         self.client = Client(seeds, **options)
 
     # -- registration (runs inside SGLang's attach: raising fails it cleanly) --
