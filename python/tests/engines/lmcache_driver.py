@@ -40,7 +40,9 @@ from lmcache.v1.config import LMCacheEngineConfig
 from lmcache.v1.gpu_connector import GPUConnectorInterface
 from lmcache.v1.metadata import LMCacheMetadata
 
-LAYERS, HEADS, HEAD_SIZE = 4, 2, 64
+# The KV shape: a tiny model in the tests; python/bench/lmcache_compare.sh
+# sets a Llama-3-8B-shaped one (32,8,128).
+LAYERS, HEADS, HEAD_SIZE = (int(x) for x in os.environ.get("STRATA_LMC_SHAPE", "4,2,64").split(","))
 HIDDEN = HEADS * HEAD_SIZE
 DTYPE = torch.bfloat16
 
@@ -86,8 +88,15 @@ def token_kv(token: int, position_seed: int = 0) -> torch.Tensor:
 def prompt_kv(tokens: list) -> torch.Tensor:
     """KV of a prompt. A token's KV depends on it and its predecessor, so
     prompts that share a prefix share that prefix's KV (as a model's do)."""
+    out = torch.empty(2, LAYERS, len(tokens), HIDDEN, dtype=DTYPE)
     prev = [0] + tokens[:-1]
-    return torch.stack([token_kv(t, p) for t, p in zip(tokens, prev)], dim=2)
+    for i, (t, p) in enumerate(zip(tokens, prev)):
+        out[:, :, i] = token_kv(t, p)
+    return out
+
+
+def kv_bytes(tokens: int) -> int:
+    return 2 * LAYERS * tokens * HIDDEN * DTYPE.itemsize
 
 
 def engine(config_path: str):
@@ -131,10 +140,12 @@ def run(eng, step: dict) -> dict:
     tokens = prompt_tokens(step["prompt"])
     t = torch.tensor(tokens, dtype=torch.long)
     if op == "store":
+        kv = prompt_kv(tokens)
         start = time.perf_counter()
-        eng.store(t, kvcaches=prompt_kv(tokens))
+        eng.store(t, kvcaches=kv)
         remote_tokens = wait_stored(eng, t) if step.get("wait", True) else None
-        return {"op": op, "tokens": len(tokens), "remote_tokens": remote_tokens, "seconds": time.perf_counter() - start}
+        return {"op": op, "tokens": len(tokens), "remote_tokens": remote_tokens,
+                "seconds": time.perf_counter() - start, "bytes": kv_bytes(len(tokens))}
     if op == "lookup":
         return {"op": op, "hit_tokens": int(eng.lookup(t))}
     if op == "retrieve":
@@ -147,7 +158,8 @@ def run(eng, step: dict) -> dict:
         got_equal = bool(torch.equal(target[:, :, :n].view(torch.int16), expected[:, :, :n].view(torch.int16)))
         leading = bool(mask[:n].all()) if n else True
         untouched = bool((target[:, :, n:] == 0).all())
-        return {"op": op, "retrieved_tokens": n, "equal": got_equal and leading and untouched, "seconds": seconds}
+        return {"op": op, "retrieved_tokens": n, "equal": got_equal and leading and untouched,
+                "seconds": seconds, "bytes": kv_bytes(n)}
     raise ValueError(f"unknown step {op}")
 
 

@@ -21,10 +21,11 @@ P2 = {"seed": 2, "tokens": 5 * CHUNK, "shared": [1, 3 * CHUNK]}  # shares 3 chun
 UNSEEN = {"seed": 3, "tokens": 2 * CHUNK}
 
 
-def plugin_config(tmp_path, seeds):
+def plugin_config(tmp_path, seeds, extra=""):
     """python/README.md's LMCache config, with this test's seeds."""
     path = tmp_path / "lmcache-plugin.yaml"
     path.write_text(textwrap.dedent(f"""\
+        {extra}
         chunk_size: {CHUNK}
         local_cpu: true
         max_local_cpu_size: 1
@@ -83,6 +84,16 @@ def test_single_node_plugin_config(server, tmp_path):
     (stored,) = lmcache(config, {"op": "store", "prompt": P1})
     assert stored["remote_tokens"] == P1["tokens"], stored
     assert_reads_everything(config)
+
+
+def test_partial_last_chunk_comes_back_reshaped(server, tmp_path):
+    config = plugin_config(tmp_path, server.addr, extra="save_unfull_chunk: true")
+    prompt = {"seed": 4, "tokens": 4 * CHUNK + 77}
+    (stored,) = lmcache(config, {"op": "store", "prompt": prompt})
+    assert stored["remote_tokens"] == prompt["tokens"], stored
+    lookup, retrieved = lmcache(config, {"op": "lookup", "prompt": prompt}, {"op": "retrieve", "prompt": prompt})
+    assert lookup == {"op": "lookup", "hit_tokens": prompt["tokens"]}
+    assert retrieved["retrieved_tokens"] == prompt["tokens"] and retrieved["equal"] is True, retrieved
 
 
 def test_cluster_with_replicas_survives_a_killed_node(cluster, tmp_path):
