@@ -90,9 +90,15 @@ WHEEL=$(ls "$CARGO_TARGET_DIR"/wheels/strata_kv-*.whl)
 # LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)
 # in a machine-wide venv that scripts/engine-venv.sh builds once (about
 # 6.5 GB and 5-10 minutes the first time) and every later run reuses.
-step "engines: LMCache and SGLang drive the adapters (python/tests/engines)"
+step "engines: LMCache and SGLang drive the adapters and the mooncake.store drop-in (python/tests/engines)"
 ENGINES=$(bash scripts/engine-venv.sh)
 "$ENGINES/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+# The mooncake.store drop-in beside the venv (on PYTHONPATH only for the
+# drivers that use it), so the shared venv never holds a "mooncake".
+export STRATA_MOONCAKE_COMPAT=$CARGO_TARGET_DIR/mooncake-compat
+rm -rf "$STRATA_MOONCAKE_COMPAT"
+"$ENGINES/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
+  --target "$STRATA_MOONCAKE_COMPAT" ./python/mooncake-compat
 PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -q -rs
 
 # --- 5. A short fuzzing run of the protocol parsers ---------------------------

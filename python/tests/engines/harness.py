@@ -27,17 +27,36 @@ def server():
     s.stop()
 
 
+CLUSTER_NAME = f"engines-{os.getpid()}"
+
+
 @pytest.fixture(scope="module")
-def cluster():
-    """etcd and three nodes with replica_num 2 (distinct host names)."""
-    etcd = Etcd()
+def etcd():
+    e = Etcd()
+    yield e
+    e.stop()
+
+
+@pytest.fixture(scope="module")
+def etcd_url(etcd):
+    return etcd.url
+
+
+@pytest.fixture(scope="module")
+def cluster_name():
+    return CLUSTER_NAME
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd):
+    """Three nodes in etcd with replica_num 2 (distinct host names)."""
     nodes = []
     try:
         for i in range(3):
             nodes.append(
                 Server(
                     [
-                        "--metadata-server", etcd.url, "--cluster-name", f"engines-{os.getpid()}",
+                        "--metadata-server", etcd.url, "--cluster-name", CLUSTER_NAME,
                         "--node-id", f"n{i}", "--host-name", f"h{i}", "--replica-num", "2",
                     ],
                     pool="384MiB",
@@ -50,7 +69,15 @@ def cluster():
     finally:
         for n in nodes:
             n.stop()
-        etcd.stop()
+
+
+def mooncake_env(**extra: str) -> dict:
+    """Environment for a driver that imports ``mooncake.store``: strata's
+    drop-in, installed (by scripts/test.sh) into ``STRATA_MOONCAKE_COMPAT``."""
+    where = os.environ.get("STRATA_MOONCAKE_COMPAT")
+    if not where:
+        raise RuntimeError("STRATA_MOONCAKE_COMPAT is not set: install python/mooncake-compat with --target")
+    return {"PYTHONPATH": where, **extra}
 
 
 def run_driver(script: str, *args: str, env: dict = None) -> list:

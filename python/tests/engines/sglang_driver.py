@@ -4,7 +4,9 @@
     python sglang_driver.py write|read SEEDS SCENARIOS_JSON
 
 Each scenario names a host pool (MHA or MLA, a layout), the ranks this
-process plays, and which controller path (zero-copy v1 or generic) to use.
+process plays, and which backend and controller path to use: strata's
+adapter (zero-copy v1 or generic), or with ``"backend": "mooncake"``
+SGLang's own Mooncake backend over the ``mooncake.store`` drop-in.
 ``write`` fills the pool's pages with bytes derived from the scenario's seed
 and backs them up through ``write_storage``; ``read`` prefetches the same
 tokens into a fresh pool, as SGLang's scheduler does, and compares every
@@ -64,17 +66,28 @@ def controller(s: dict, seeds: str) -> HiCacheController:
         attn_dcp_size=1, attn_dcp_rank=0,
     )
     alloc, host = build(s)
-    extra = {
-        "backend_name": "strata",
-        "module_path": "strata.adapters.sglang",
-        "class_name": "StrataHiCacheStorage",
-        "strata_seeds": seeds,
-    }
-    if s["path"] == "v1":
-        extra["interface_v1"] = 1
+    if s.get("backend") == "mooncake":
+        # SGLang's own Mooncake backend, importing mooncake.store (strata's
+        # drop-in package), configured the way a Mooncake user does.
+        backend, extra = "mooncake", {
+            "master_server_address": seeds,
+            "metadata_server": s.get("metadata_server", "P2PHANDSHAKE"),
+            "protocol": "tcp",
+            "device_name": "",
+            "global_segment_size": 0,
+        }
+    else:
+        backend, extra = "dynamic", {
+            "backend_name": "strata",
+            "module_path": "strata.adapters.sglang",
+            "class_name": "StrataHiCacheStorage",
+            "strata_seeds": seeds,
+        }
+        if s["path"] == "v1":
+            extra["interface_v1"] = 1
     return HiCacheController(
         alloc, host, PAGE, dist.group.WORLD, threading.Event(),
-        storage_backend="dynamic", model_name=s["model"], storage_backend_extra_config=extra,
+        storage_backend=backend, model_name=s["model"], storage_backend_extra_config=extra,
     )
 
 
