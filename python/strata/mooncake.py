@@ -103,6 +103,32 @@ class MooncakeHostMemAllocator:
         return OK
 
 
+class ReplicaDescriptor:
+    """One copy of a value, as ``batch_get_replica_desc`` lists them:
+    ``endpoint`` (the node's RESP address) and ``status``. Mooncake's tier
+    predicates answer ``False``: the node decides the tier and may move a
+    value between DRAM and NVMe at any time, so engines log "unknown"."""
+
+    def __init__(self, endpoint: str, status: str = "COMPLETE") -> None:
+        self.endpoint = endpoint
+        self.status = status
+
+    def is_memory_replica(self) -> bool:
+        return False
+
+    def is_disk_replica(self) -> bool:
+        return False
+
+    def is_local_disk_replica(self) -> bool:
+        return False
+
+    def __getitem__(self, name: str) -> str:
+        return getattr(self, name)
+
+    def __repr__(self) -> str:
+        return f"ReplicaDescriptor({self.endpoint!r}, {self.status!r})"
+
+
 class BufferHandle(bytearray):
     """What ``get_buffer`` returns: the value's bytes (a buffer), with
     Mooncake's ``ptr()`` and ``size()``."""
@@ -450,17 +476,16 @@ class MooncakeDistributedStore:
             out.append(r)
         return out
 
-    def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:
-        """Per key present, where its copies are: the owner first, then
-        the replicas (strata's ring), each ``{"endpoint": host:port,
-        "status": "COMPLETE"}``; absent keys are left out."""
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List[ReplicaDescriptor]]:
+        """Per key present, a :class:`ReplicaDescriptor` for the node that
+        owns it in the current slot map; absent keys are left out."""
         c = self._c()
         present = self.batch_is_exist(keys)
-        out: Dict[str, List[Dict[str, Any]]] = {}
+        out: Dict[str, List[ReplicaDescriptor]] = {}
         for k, p in zip(keys, present):
             if p == 1:
                 owner = c.owner_of(k)
-                out[k] = [{"endpoint": owner, "status": "COMPLETE"}] if owner else []
+                out[k] = [ReplicaDescriptor(owner)] if owner else []
         return out
 
     # -- helpers ---------------------------------------------------------------
