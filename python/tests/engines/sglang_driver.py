@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -33,10 +35,12 @@ from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 from sglang.srt.runtime_context import get_parallel
 
-PAGE = 16
-LAYERS = 4
-TOKENS_DEVICE = 1024
-TIMEOUT_S = 60
+# Page size, layers, KV heads, head dim and device pool tokens: tiny in the
+# tests; python/bench/sglang_compare.sh sets a Llama-3-8B-shaped cache.
+PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS_DEVICE = (
+    int(x) for x in os.environ.get("STRATA_SGL_SHAPE", "16,4,4,32,1024").split(",")
+)
+TIMEOUT_S = 600
 
 
 def build(s: dict):
@@ -49,7 +53,7 @@ def build(s: dict):
             target_layer_num=dev.layer_num, override_kv_cache_dim=dev.kv_cache_dim,
         )
     else:
-        dev = MHATokenToKVPool(TOKENS_DEVICE, PAGE, torch.bfloat16, 4, 32, LAYERS, "cpu", False, start_layer=0, end_layer=LAYERS)
+        dev = MHATokenToKVPool(TOKENS_DEVICE, PAGE, torch.bfloat16, HEADS, HEAD_DIM, LAYERS, "cpu", False, start_layer=0, end_layer=LAYERS)
         host = MHATokenToKVPoolHost(
             dev.get_device_pool_infos()[0].buffer_info, 2.0, 0, PAGE, s["layout"], pin_memory=False,
             device_capacity_tokens=dev.size, start_layer=0, end_layer=LAYERS,
@@ -113,16 +117,20 @@ def write(s: dict, seeds: str) -> dict:
     for p in range(s["pages"]):
         host.set_from_flat_data_page(int(indices[p * PAGE]), expected_page(s, p, nbytes).view(host.dtype))
     hashes = get_storage_hash_str(ids, None, page_size=PAGE)
+    start = time.perf_counter()
     cc.write_storage(indices, ids, hash_value=hashes)
     op = cc.ack_backup_queue.get(timeout=TIMEOUT_S)
+    seconds = time.perf_counter() - start
     cc.detach_storage_backend()
-    return {"backed_up_tokens": op.completed_tokens, "skipped": cc.backup_skip}
+    return {"backed_up_tokens": op.completed_tokens, "skipped": cc.backup_skip,
+            "seconds": seconds, "bytes": len(ids) * host.get_size_per_token()}
 
 
 def read(s: dict, seeds: str) -> dict:
     cc = controller(s, seeds)
     host = cc.mem_pool_host
     ids = tokens(s)
+    start = time.perf_counter()
     cc.prefetch(f"req-{s['model']}", ids)
     hit = cc.prefetch_hit_queue.get(timeout=TIMEOUT_S)
     out = {"hit_tokens": hit.storage_hit_count, "loaded_tokens": 0, "pages_equal": 0}
@@ -130,6 +138,8 @@ def read(s: dict, seeds: str) -> dict:
         hit.host_indices = host.alloc(hit.storage_hit_count)
         cc.prefetch_buffer.put(hit)
         ack = cc.ack_prefetch_queue.get(timeout=TIMEOUT_S)
+        out["seconds"] = time.perf_counter() - start
+        out["bytes"] = ack.completed_tokens * host.get_size_per_token()
         out["loaded_tokens"] = ack.completed_tokens
         nbytes = page_bytes(host, 0).numel()
         for p in range(ack.completed_tokens // PAGE):
@@ -141,12 +151,18 @@ def read(s: dict, seeds: str) -> dict:
 
 def main() -> None:
     role, seeds, scenarios = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", os.environ.get("STRATA_TEST_GLOO_PORT", "29533"))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    # A one-process gloo group (SGLang's controller wants a tp group), on a
+    # free loopback port.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     for s in scenarios:
         try:
             result = (write if role == "write" else read)(s, seeds)
+            if not s.get("timed"):
+                result.pop("seconds", None)
+                result.pop("bytes", None)
         except Exception as e:  # reported, so the test can assert on it
             result = {"error": f"{type(e).__name__}: {e}"}
         print("RESULT " + json.dumps({"name": s["name"], **result}), flush=True)

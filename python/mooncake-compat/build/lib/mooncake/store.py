@@ -5,6 +5,7 @@ strata's Python SDK. One implementation with ``strata.mooncake``."""
 from strata.mooncake import (  # noqa: F401  (the module's public names)
     BufferHandle,
     MooncakeHostMemAllocator,
+    ReplicaDescriptor,
     ReplicateConfig,
 )
 from strata.mooncake import MooncakeDistributedStore as _Store
@@ -14,4 +15,4 @@ class MooncakeDistributedStore(_Store):
     MISSING = b""
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "MooncakeHostMemAllocator", "BufferHandle"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "MooncakeHostMemAllocator", "BufferHandle", "ReplicaDescriptor"]
