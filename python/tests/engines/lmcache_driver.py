@@ -45,6 +45,7 @@ from lmcache.v1.metadata import LMCacheMetadata
 LAYERS, HEADS, HEAD_SIZE = (int(x) for x in os.environ.get("STRATA_LMC_SHAPE", "4,2,64").split(","))
 HIDDEN = HEADS * HEAD_SIZE
 DTYPE = torch.bfloat16
+CLOSE_TIMEOUT_S = 30
 
 
 class CPUConnector(GPUConnectorInterface):
@@ -176,7 +177,14 @@ def main() -> None:
             result = {"op": step["op"], "error": f"{type(e).__name__}: {e}"}
         print("RESULT " + json.dumps(result), flush=True)
     print("RESULT " + json.dumps({"op": "thread_errors", "errors": errors}), flush=True)
-    LMCacheEngineBuilder.destroy(f"driver-{os.getpid()}")
+    # LMCache's Redis connector can hang in close (seen in the benchmark):
+    # give the engine's shutdown a bound, then leave.
+    closer = threading.Thread(target=LMCacheEngineBuilder.destroy, args=(f"driver-{os.getpid()}",), daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT_S)
+    if closer.is_alive():
+        print(f"engine shutdown still running after {CLOSE_TIMEOUT_S} s; exiting", file=sys.stderr, flush=True)
+        os._exit(0)
 
 
 if __name__ == "__main__":
