@@ -116,9 +116,15 @@ extra_config:
   local_buffer_size: 1073741824
 YAML
 
-flush() {  # frees strata and Redis for the next prompt (Mooncake evicts by itself)
+flush() {  # empties every store for the next prompt, so none evicts mid-round
     redis-cli -p "$SP" FLUSHALL >/dev/null
     redis-cli -p "$RP" FLUSHALL >/dev/null
+    PYTHONPATH=$MCPKGS "$PY" -c "
+from mooncake.store import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+assert s.setup('127.0.0.1', 'P2PHANDSHAKE', 0, 16 << 20, 'tcp', '', '127.0.0.1:$MP') == 0
+s.remove_all(True)
+s.close()" >>"$OUT/mooncake-flush.log" 2>&1
 }
 
 tag() {  # engine system: adds both to each JSON line

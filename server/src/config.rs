@@ -40,7 +40,7 @@ const KEYS: &[(&str, &str)] = &[
     ("port", "RESP port"),
     (
         "metrics_port",
-        "HTTP port for /metrics and /health (0 = off)",
+        "HTTP port for /metrics and /health (0 = off; default port + 2000)",
     ),
     ("cpu_memory_pool_size", "bytes of DRAM arena for values"),
     (
@@ -402,6 +402,33 @@ pub fn load(cli: &Cli) -> Result<Config, String> {
     validate(&raw)
 }
 
+/// Ports not set follow the RESP port, so `--port N` alone is enough for
+/// each of several nodes on one machine: data plane `N + 1`, metrics
+/// `N + 2000` (the defaults 7380 and 9379 for 7379). `port: 0` (any free
+/// port) gives a data plane on any free port and no metrics listener.
+fn follow_port(cfg: &mut Config, data_set: bool, metrics_set: bool) -> Result<(), String> {
+    let derive = |offset: u32, key: &str| -> Result<u16, String> {
+        if cfg.port == 0 {
+            return Ok(0);
+        }
+        u16::try_from(u32::from(cfg.port) + offset).map_err(|_| {
+            format!("{key}: port {} + {offset} is past 65535; set {key} explicitly", cfg.port)
+        })
+    };
+    if !data_set {
+        cfg.data_port = derive(DATA_PORT_OFFSET, "data_port")?;
+    }
+    if !metrics_set {
+        cfg.metrics_port = derive(METRICS_PORT_OFFSET, "metrics_port")?;
+    }
+    Ok(())
+}
+
+/// The data plane's port above the RESP port, when not set.
+pub const DATA_PORT_OFFSET: u32 = 1;
+/// The metrics port above the RESP port, when not set.
+pub const METRICS_PORT_OFFSET: u32 = 2000;
+
 /// Parses strata.json into (key, value) pairs in file order.
 pub fn parse_file(text: &str) -> Result<Vec<(String, RawValue)>, String> {
     let map: serde_json::Map<String, serde_json::Value> =
@@ -423,6 +450,10 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
         if let Err(e) = apply(&mut cfg, key, &value.as_text()) {
             errors.push(format!("{key}: {e}"));
         }
+    }
+    let set = |name: &str| raw.iter().any(|(k, _)| k == name);
+    if let Err(e) = follow_port(&mut cfg, set("data_port"), set("metrics_port")) {
+        errors.push(e);
     }
     if cfg.max_value_size > cfg.max_request_size {
         errors.push(format!(
@@ -786,6 +817,23 @@ mod tests {
             .map(|(k, v)| (k.to_string(), RawValue::Str(v.to_string())))
             .collect();
         validate(&raw)
+    }
+
+    #[test]
+    fn unset_ports_follow_the_resp_port() {
+        let d = v(&[]).unwrap();
+        assert_eq!((d.port, d.data_port, d.metrics_port), (7379, 7380, 9379));
+        let c = v(&[("port", "7390")]).unwrap();
+        assert_eq!((c.data_port, c.metrics_port), (7391, 9390));
+        let c = v(&[("port", "7390"), ("data_port", "8000")]).unwrap();
+        assert_eq!((c.data_port, c.metrics_port), (8000, 9390));
+        let c = v(&[("port", "7390"), ("metrics_port", "0")]).unwrap();
+        assert_eq!((c.data_port, c.metrics_port), (7391, 0));
+        let c = v(&[("port", "0")]).unwrap();
+        assert_eq!((c.data_port, c.metrics_port), (0, 0));
+        let e = v(&[("port", "65000")]).unwrap_err();
+        assert!(e.contains("metrics_port") && e.contains("explicitly"), "{e}");
+        assert!(v(&[("port", "65000"), ("metrics_port", "9000")]).is_ok());
     }
 
     #[test]

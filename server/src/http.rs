@@ -96,7 +96,14 @@ async fn handle(node: &Node, mut sock: TcpStream) -> std::io::Result<()> {
             let body = format!(
                 "{{\"status\":\"ok\",\"mode\":\"{}\",\"etcd_healthy\":{},\"ring_nodes\":{},\"uptime_seconds\":{},\"keys\":{}}}\n",
                 if cl.standalone() { "standalone" } else { "cluster" },
-                cl.etcd_healthy.load(std::sync::atomic::Ordering::Relaxed),
+                // No etcd in standalone mode: neither healthy nor not.
+                if cl.standalone() {
+                    "null"
+                } else if cl.etcd_healthy.load(std::sync::atomic::Ordering::Relaxed) {
+                    "true"
+                } else {
+                    "false"
+                },
                 cl.ring().len(),
                 node.started.elapsed().as_secs(),
                 node.store.len()

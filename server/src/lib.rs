@@ -37,9 +37,13 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     } else {
         None
     };
+    let metrics = match &http {
+        Some(h) => h.local_addr()?.to_string(),
+        None => "off".to_string(),
+    };
     tracing::info!(
         resp = %resp.local_addr()?,
-        metrics = ?http.as_ref().map(|h| h.local_addr().ok()),
+        metrics = %metrics,
         data = %node.transport.endpoint(),
         pool_bytes = node.cfg.cpu_memory_pool_size,
         "strata-server ready"
