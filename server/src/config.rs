@@ -404,15 +404,14 @@ pub fn load(cli: &Cli) -> Result<Config, String> {
 
 /// Ports not set follow the RESP port, so `--port N` alone is enough for
 /// each of several nodes on one machine: data plane `N + 1`, metrics
-/// `N + 2000` (the defaults 7380 and 9379 for 7379). `port: 0` (any free
-/// port) gives a data plane on any free port and no metrics listener.
+/// `N + 2000` (the defaults 7380 and 9379 for 7379).
 fn follow_port(cfg: &mut Config, data_set: bool, metrics_set: bool) -> Result<(), String> {
     let derive = |offset: u32, key: &str| -> Result<u16, String> {
-        if cfg.port == 0 {
-            return Ok(0);
-        }
         u16::try_from(u32::from(cfg.port) + offset).map_err(|_| {
-            format!("{key}: port {} + {offset} is past 65535; set {key} explicitly", cfg.port)
+            format!(
+                "{key}: port {} + {offset} is past 65535; set {key} explicitly",
+                cfg.port
+            )
         })
     };
     if !data_set {
@@ -829,10 +828,11 @@ mod tests {
         assert_eq!((c.data_port, c.metrics_port), (8000, 9390));
         let c = v(&[("port", "7390"), ("metrics_port", "0")]).unwrap();
         assert_eq!((c.data_port, c.metrics_port), (7391, 0));
-        let c = v(&[("port", "0")]).unwrap();
-        assert_eq!((c.data_port, c.metrics_port), (0, 0));
         let e = v(&[("port", "65000")]).unwrap_err();
-        assert!(e.contains("metrics_port") && e.contains("explicitly"), "{e}");
+        assert!(
+            e.contains("metrics_port") && e.contains("explicitly"),
+            "{e}"
+        );
         assert!(v(&[("port", "65000"), ("metrics_port", "9000")]).is_ok());
     }
 

@@ -180,3 +180,69 @@ fn a_gpu_pool_without_a_gpu_is_refused_with_the_reason() {
         ],
     );
 }
+
+#[test]
+fn unset_ports_follow_the_resp_port_in_print_config() {
+    let exit = run(|c| {
+        c.args(["--print-config", "--port", "7390"]);
+    });
+    assert!(exit.status.success(), "stderr:\n{}", exit.stderr);
+    let cfg: serde_json::Value = serde_json::from_str(&exit.stdout).unwrap();
+    assert_eq!(
+        (cfg["data_port"].as_u64(), cfg["metrics_port"].as_u64()),
+        (Some(7391), Some(9390))
+    );
+    let exit = run(|c| {
+        c.args(["--print-config", "--port", "64000"]);
+    });
+    assert_refused(&exit, &["metrics_port", "explicitly"]);
+}
+
+/// A RESP port whose followers (port + 1, port + 2000) are free too.
+fn port_with_free_followers() -> u16 {
+    loop {
+        let p = strata_tests::free_port();
+        let free = |q: u32| {
+            u16::try_from(q).is_ok_and(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok())
+        };
+        if free(u32::from(p) + 1) && free(u32::from(p) + 2000) {
+            return p;
+        }
+    }
+}
+
+#[test]
+fn two_nodes_on_one_machine_need_only_their_port() {
+    use std::io::{Read, Write};
+    let ports: Vec<u16> = (0..2).map(|_| port_with_free_followers()).collect();
+    let mut children: Vec<_> = ports
+        .iter()
+        .map(|p| {
+            server_command()
+                .args(["--port", &p.to_string(), "--cpu-memory-pool-size", "32MiB"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn strata-server")
+        })
+        .collect();
+    let health = |p: u16| -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", p + 2000)).ok()?;
+        s.write_all(b"GET /health HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    };
+    let deadline = strata_tests::within(std::time::Duration::from_secs(30));
+    let up = strata_tests::wait_until(deadline, || ports.iter().all(|&p| health(p).is_some()));
+    let bodies: Vec<_> = ports.iter().map(|&p| health(p)).collect();
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(up, "both nodes serve /health on port + 2000: {bodies:?}");
+    for body in bodies.into_iter().flatten() {
+        // Standalone: no etcd, so neither healthy nor not.
+        assert!(body.contains("\"etcd_healthy\":null"), "{body}");
+    }
+}
