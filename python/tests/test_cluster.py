@@ -53,3 +53,37 @@ def test_keys_spread_and_batches_split(cluster):
         assert c.remove(keys[10])
         assert c.prefix(keys) == 10
         assert c.get_batch(keys[:2]) == [blocks[0].tobytes(), blocks[1].tobytes()]
+
+
+def test_replicas_survive_a_killed_node_with_default_host_names():
+    """Three nodes on one machine, host_name left at its default (all the
+    same host): replica_num 2 must still keep two copies, on two nodes."""
+    try:
+        etcd = Etcd()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    nodes = []
+    try:
+        for i in range(3):
+            nodes.append(Server(["--metadata-server", etcd.url, "--cluster-name", "same-host",
+                                 "--node-id", f"s{i}", "--replica-num", "2"], pool="64MiB"))
+        for n in nodes:
+            wait_for(lambda n=n: b"cluster_known_nodes:3" in resp(n.port, "CLUSTER", "INFO"), "three nodes")
+        info = resp(nodes[0].port, "INFO", "cluster").decode()
+        assert "replicas_placeable:2" in info and "failure_domains:1" in info, info
+        keys = [f"dh:{i}" for i in range(300)]
+        with strata.Client([n.addr for n in nodes]) as c:
+            wait_for(lambda: len(c.cluster_nodes()) == 3, "client learns the ring", 30)
+            assert c.put_batch(keys, [k.encode() * 3 for k in keys]) == [None] * 300
+        nodes[1].proc.kill()
+        nodes[1].proc.wait()
+        survivors = [nodes[0], nodes[2]]
+        for n in survivors:
+            wait_for(lambda n=n: b"cluster_known_nodes:2" in resp(n.port, "CLUSTER", "INFO"), "ring of two", 60)
+        with strata.Client([n.addr for n in survivors]) as c:
+            got = c.get_batch(keys)
+        assert [g for g, k in zip(got, keys) if g != k.encode() * 3] == []
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.stop()

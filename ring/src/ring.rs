@@ -217,23 +217,47 @@ impl Ring {
 
     /// Up to `n` nodes to hold `slot`, `n` counting the owner: the owner
     /// first, then the next nodes clockwise whose `host` differs from every
-    /// node already chosen. Fewer than `n` when there are fewer hosts.
+    /// node already chosen; when there are fewer hosts than `n`, the next
+    /// nodes clockwise not yet chosen (copies on distinct nodes of a shared
+    /// host still survive the loss of one node). Fewer than `n` only when
+    /// the ring has fewer nodes.
     pub fn replicas(&self, slot: u16, n: usize) -> Vec<&NodeRecord> {
         let Some(&start) = self.slot_points.get(usize::from(slot)) else {
             return Vec::new();
         };
-        let mut chosen: Vec<&NodeRecord> = Vec::with_capacity(n.min(self.nodes.len()));
-        // One lap at most: after that no new host can appear.
-        for step in 0..self.clockwise.len() {
-            if chosen.len() == n {
-                break;
+        let want = n.min(self.nodes.len());
+        let mut chosen: Vec<&NodeRecord> = Vec::with_capacity(want);
+        let lap = || {
+            (0..self.clockwise.len())
+                .map(|step| &self.nodes[self.clockwise[(start + step) % self.clockwise.len()]])
+        };
+        // Hosts first: one lap at most, after that no new host can appear.
+        for node in lap() {
+            if chosen.len() == want {
+                return chosen;
             }
-            let node = &self.nodes[self.clockwise[(start + step) % self.clockwise.len()]];
             if chosen.iter().all(|c| c.host != node.host) {
                 chosen.push(node);
             }
         }
+        // Then nodes: a second lap over the ones not chosen yet.
+        for node in lap() {
+            if chosen.len() == want {
+                break;
+            }
+            if chosen.iter().all(|c| c.id != node.id) {
+                chosen.push(node);
+            }
+        }
         chosen
+    }
+
+    /// How many distinct hosts (failure domains) the ring spans.
+    pub fn hosts(&self) -> usize {
+        let mut hosts: Vec<&str> = self.nodes.iter().map(|n| n.host.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        hosts.len()
     }
 
     /// All slots as maximal runs with one owner, in slot order, covering
@@ -497,9 +521,33 @@ mod tests {
             hosts.sort_unstable();
             hosts.dedup();
             assert_eq!(hosts.len(), 3, "slot {slot}: {replicas:?}");
-            // Only three hosts exist, so asking for more yields three.
-            assert_eq!(ring.replicas(slot, 5).len(), 3);
+            // Only three hosts exist: past three, copies go to distinct
+            // nodes sharing a host, never twice to one node.
+            let five = ring.replicas(slot, 5);
+            assert_eq!(five.len(), 5);
+            assert_eq!(&five[..3], &replicas[..]);
+            let mut ids: Vec<&str> = five.iter().map(|n| n.id.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), 5);
+            assert_eq!(ring.replicas(slot, 9).len(), 6);
             assert!(ring.replicas(slot, 0).is_empty());
+        }
+    }
+
+    #[test]
+    fn nodes_sharing_one_host_still_get_every_copy() {
+        // Several nodes on one machine with the default host name.
+        let nodes: Vec<NodeRecord> = (0..3)
+            .map(|i| node(&format!("n{i}"), "same-host", 100 * GIB))
+            .collect();
+        let ring = Ring::new(nodes);
+        assert_eq!(ring.hosts(), 1);
+        for slot in (0..SLOTS).step_by(89) {
+            let two = ring.replicas(slot, 2);
+            assert_eq!(two.len(), 2, "slot {slot}");
+            assert_eq!(Some(two[0]), ring.owner(slot));
+            assert_ne!(two[0].id, two[1].id);
         }
     }
 

@@ -224,6 +224,16 @@ fn install(node: &Arc<Node>, members: &BTreeMap<String, NodeRecord>) {
     let ring = Ring::new(members.values().cloned().collect());
     let ids: Vec<&str> = members.keys().map(String::as_str).collect();
     tracing::info!(nodes = ?ids, "ring changed");
+    let wanted = node.cfg.replica_num as usize;
+    if wanted > 1 && ring.hosts() < wanted.min(ring.len()) {
+        // Copies still go to distinct nodes, but a host's loss can take
+        // more than one of them: say so where an operator looks.
+        tracing::warn!(
+            replicas_wanted = wanted,
+            failure_domains = ring.hosts(),
+            "fewer hosts than replicas: some copies share a host (set distinct host_name per machine)"
+        );
+    }
     let old = node.cluster.set_ring(ring);
     node.on_ring_change(&old);
 }

@@ -198,6 +198,12 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "ring_nodes", ring.len());
             line(out, "ring_version", cl.ring_version.load(Relaxed));
             line(out, "replica_num", node.cfg.replica_num);
+            // Copies a slot can have now, and over how many failure domains:
+            // hosts first, then distinct nodes of a shared host.
+            let wanted = node.cfg.replica_num as usize;
+            line(out, "replicas_wanted", wanted);
+            line(out, "replicas_placeable", wanted.min(ring.len()));
+            line(out, "failure_domains", ring.hosts());
             line(out, "etcd_healthy", u8::from(cl.etcd_healthy.load(Relaxed)));
             line(out, "etcd_sessions", cl.etcd_sessions.load(Relaxed));
             line(out, "replica_pushes", c.replica_pushes_total.load(Relaxed));
