@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# Prints the path of a Python venv holding inference engines the adapter
-# tests drive, building it first if needed:
-#   engine-venv.sh [engines]  LMCache and SGLang (python/tests/engines/requirements*.txt)
-#   engine-venv.sh vllm       vLLM (requirements-vllm.txt; it pins its own torch,
-#                             so it cannot share the LMCache venv) The venv is machine-wide, outside any
+# Prints the path of a Python venv holding the inference engines the
+# adapter tests drive (LMCache, SGLang: python/tests/engines/requirements*.txt),
+# building it first if needed. The venv is machine-wide, outside any
 # checkout (${STRATA_CACHE_DIR:-~/.cache/strata}/engines-<hash of the pinned
 # requirements>), so every clone on this machine reuses it; changing a pin
 # builds a new one. The first build downloads about 6.5 GB (PyPI's torch and
@@ -12,35 +10,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REQ=python/tests/engines
-NAME=${1:-engines}
-case "$NAME" in
-  engines)
-    files=("$REQ"/requirements.txt "$REQ"/requirements-nodeps.txt "$REQ"/requirements-sglang.txt)
-    probe='import lmcache, sglang, torchvision; from sglang.srt.managers.cache_controller import HiCacheController' ;;
-  vllm)
-    files=("$REQ"/requirements-vllm.txt)
-    probe='import vllm, pytest; from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1' ;;
-  *) echo "unknown venv $NAME (engines | vllm)" >&2; exit 2 ;;
-esac
-key=$(cat "${files[@]}" | sha256sum | cut -c1-12)
+key=$(cat "$REQ"/requirements.txt "$REQ"/requirements-nodeps.txt "$REQ"/requirements-sglang.txt | sha256sum | cut -c1-12)
 CACHE=${STRATA_CACHE_DIR:-$HOME/.cache/strata}
-VENV=$CACHE/$NAME-$key
+VENV=$CACHE/engines-$key
+probe='import lmcache, sglang, torchvision; from sglang.srt.managers.cache_controller import HiCacheController'
 if [ -f "$VENV/.complete" ] && "$VENV/bin/python" -c "$probe" 2>/dev/null; then
   echo "$VENV"
   exit 0
 fi
-echo "building the $NAME venv at $VENV (first time: several GB of downloads, 5-10 min)" >&2
+echo "building the engines venv at $VENV (first time: ~6.5 GB download, 5-10 min)" >&2
 mkdir -p "$CACHE"
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 pip() { "$VENV/bin/pip" install -q --disable-pip-version-check --progress-bar off "$@" >&2; }
-if [ "$NAME" = vllm ]; then
-  pip -r "$REQ"/requirements-vllm.txt
-  "$VENV/bin/python" -c "$probe" >&2
-  touch "$VENV/.complete"
-  echo "$VENV"
-  exit 0
-fi
 pip -r "$REQ"/requirements.txt
 torch=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
 # SGLang: no deps (its full set is CUDA-only), then what its KV-cache
