@@ -1,5 +1,6 @@
-"""A real two-node cluster (etcd + two strata-server processes): the client
-routes each key to its owner, and batches split across nodes."""
+"""Real clusters (etcd + strata-server processes): the client routes each
+key to its owner and batches split across nodes; nodes sharing one host
+still keep every copy."""
 
 from __future__ import annotations
 
@@ -10,31 +11,40 @@ import strata
 from servers import Etcd, Server, resp, wait_for
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    try:
-        etcd = Etcd()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
+def start_nodes(etcd, count, name, pool, extra=lambda i: []):
+    """``count`` nodes of cluster ``name``, returned once each sees all;
+    the caller stops them (``nodes`` fills as they start, for cleanup)."""
     nodes = []
     try:
-        for i in range(2):
-            nodes.append(
-                Server(
-                    [
-                        "--metadata-server", etcd.url, "--cluster-name", "pytest",
-                        "--node-id", f"n{i}", "--host-name", f"h{i}",
-                    ],
-                    pool="128MiB",
-                )
-            )
+        for i in range(count):
+            args = ["--metadata-server", etcd.url, "--cluster-name", name, "--node-id", f"{name}{i}"]
+            nodes.append(Server(args + extra(i), pool=pool))
+        want = f"cluster_known_nodes:{count}".encode()
         for n in nodes:
-            wait_for(lambda n=n: resp(n.port, "CLUSTER", "INFO").count(b"cluster_known_nodes:2") == 1,
-                     f"node {n.port} sees both nodes")
-        yield nodes
-    finally:
+            wait_for(lambda n=n: want in resp(n.port, "CLUSTER", "INFO"), f"node {n.port} sees {count} nodes")
+    except Exception:
         for n in nodes:
             n.stop()
+        raise
+    return nodes
+
+
+def new_etcd():
+    try:
+        return Etcd()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    etcd = new_etcd()
+    try:
+        nodes = start_nodes(etcd, 2, "pytest", "128MiB", lambda i: ["--host-name", f"h{i}"])
+        yield nodes
+        for n in nodes:
+            n.stop()
+    finally:
         etcd.stop()
 
 
@@ -58,17 +68,10 @@ def test_keys_spread_and_batches_split(cluster):
 def test_replicas_survive_a_killed_node_with_default_host_names():
     """Three nodes on one machine, host_name left at its default (all the
     same host): replica_num 2 must still keep two copies, on two nodes."""
-    try:
-        etcd = Etcd()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
+    etcd = new_etcd()
     nodes = []
     try:
-        for i in range(3):
-            nodes.append(Server(["--metadata-server", etcd.url, "--cluster-name", "same-host",
-                                 "--node-id", f"s{i}", "--replica-num", "2"], pool="64MiB"))
-        for n in nodes:
-            wait_for(lambda n=n: b"cluster_known_nodes:3" in resp(n.port, "CLUSTER", "INFO"), "three nodes")
+        nodes = start_nodes(etcd, 3, "samehost", "64MiB", lambda i: ["--replica-num", "2"])
         info = resp(nodes[0].port, "INFO", "cluster").decode()
         assert "replicas_placeable:2" in info and "failure_domains:1" in info, info
         keys = [f"dh:{i}" for i in range(300)]
