@@ -134,30 +134,33 @@ for line in sys.stdin:
     r = json.loads(line); r["engine"] = os.environ["ENGINE"]; r["system"] = os.environ["SYSTEM"]; print(json.dumps(r))'
 }
 
-lmc() {  # system role seed
+lmc() {  # system write|read seed
     local extra=()
     [[ $1 == mooncake ]] && extra=(env PYTHONPATH="$MCPKGS")
     local step
-    if [[ $2 == store ]]; then step='[{"op":"store","prompt":{"seed":'$3',"tokens":'$TOKENS'}}]'
+    if [[ $2 == write ]]; then step='[{"op":"store","prompt":{"seed":'$3',"tokens":'$TOKENS'}}]'
     else step='[{"op":"lookup","prompt":{"seed":'$3',"tokens":'$TOKENS'}},{"op":"retrieve","prompt":{"seed":'$3',"tokens":'$TOKENS'}}]'; fi
     "${extra[@]}" "$PY" "$DRIVER" "$OUT/$1.yaml" "$step" 2>>"$OUT/$1-driver.log" |
         sed -n 's/^RESULT //p' | tag "lmcache" "$1" >>"$RESULTS"
 }
 
 idx=0
-for round in $(seq "$ROUNDS"); do
-    for system in $SYSTEMS; do
-        seed=$((round * 100 + idx)); idx=$((idx + 1))
-        lmc "$system" store "$seed"
-        lmc "$system" read "$seed"
-        flush
+rounds() {  # runner "systems": each round, each system writes a new prompt and reads it back
+    for round in $(seq "$ROUNDS"); do
+        for system in $2; do
+            seed=$((round * 100 + idx)); idx=$((idx + 1))
+            "$1" "$system" write "$seed"
+            "$1" "$system" read "$seed"
+            flush
+        done
     done
-done
+}
+rounds lmc "$SYSTEMS"
 
 SGL_DRIVER=$ROOT/python/tests/engines/sglang_driver.py
 PAGE=64
 export STRATA_SGL_SHAPE=$PAGE,32,8,128,$TOKENS
-sgl() {  # system role seed
+sgl() {  # system write|read seed
     local pythonpath="" seeds="127.0.0.1:$SP" backend=mooncake
     case $1 in
         strata) backend=strata ;;
@@ -168,14 +171,7 @@ sgl() {  # system role seed
     PYTHONPATH=$pythonpath "$PY" "$SGL_DRIVER" "$2" "$seeds" "$sc" 2>>"$OUT/sglang-$1-driver.log" |
         sed -n 's/^RESULT //p' | tag "sglang" "$1" >>"$RESULTS"
 }
-for round in $(seq "$ROUNDS"); do
-    for system in $SGL_SYSTEMS; do
-        seed=$((round * 100 + idx)); idx=$((idx + 1))
-        sgl "$system" write "$seed"
-        sgl "$system" read "$seed"
-        flush
-    done
-done
+rounds sgl "$SGL_SYSTEMS"
 
 python3 - "$RESULTS" "$TOKENS" <<'PY'
 import json, statistics, sys
