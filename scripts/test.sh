@@ -99,7 +99,7 @@ ENGINES=$(bash scripts/engine-venv.sh)
 # drivers that use it), so the shared venv never holds a "mooncake".
 export STRATA_MOONCAKE_COMPAT=$CARGO_TARGET_DIR/mooncake-compat
 rm -rf "$STRATA_MOONCAKE_COMPAT"
-"$ENGINES/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
+"$ENGINES/bin/pip" install -q --disable-pip-version-check --no-deps \
   --target "$STRATA_MOONCAKE_COMPAT" ./python/mooncake-compat
 PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -q -rs
 

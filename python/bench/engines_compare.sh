@@ -47,7 +47,7 @@ if [[ "${1:-}" != --inner ]]; then
     # Mooncake's client beside the engines venv, not in it (the venv is shared).
     [[ -d $MCPKGS/mooncake ]] || "$ENGINES/bin/pip" install -q --no-deps --target "$MCPKGS" \
         mooncake-transfer-engine-non-cuda==0.3.13.post1
-    rm -rf "$COMPAT" && "$ENGINES/bin/pip" install -q --no-deps --no-build-isolation --target "$COMPAT" \
+    rm -rf "$COMPAT" && "$ENGINES/bin/pip" install -q --no-deps --target "$COMPAT" \
         "$ROOT/python/mooncake-compat"
     mkdir -p "$OUT"
     : >"$RESULTS"
