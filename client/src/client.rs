@@ -551,6 +551,11 @@ impl Client {
     /// Keys matching the glob `pattern` on every node of the map (one
     /// `SCAN` walk per node; a key held by several nodes is listed once),
     /// at most `limit` of them.
+    ///
+    /// A node that cannot be reached is skipped: with replicas its keys are
+    /// listed by the nodes that hold the copies, and a listing is a hint in
+    /// every engine that asks for one. Only when no node answers is the
+    /// failure returned.
     pub async fn scan(&self, pattern: &[u8], limit: usize) -> Result<Vec<Bytes>> {
         let mut addrs = self.router.addrs();
         if addrs.is_empty() {
@@ -558,30 +563,58 @@ impl Client {
         }
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
+        let mut last_failure = None;
+        let mut answered = false;
         for addr in addrs {
-            let node = self.router.node(&addr);
-            let mut cursor = Bytes::from_static(b"0");
-            loop {
-                let args: [&[u8]; 6] = [b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", SCAN_COUNT];
-                let reply = node
-                    .call(&args, Idempotent::Yes, self.cfg.retry_attempts)
-                    .await?;
-                let (next, keys) = scan_page(reply)?;
-                for key in keys {
-                    if out.len() >= limit {
-                        return Ok(out);
-                    }
-                    if seen.insert(key.clone()) {
-                        out.push(key);
-                    }
-                }
-                if &next[..] == b"0" {
-                    break;
-                }
-                cursor = next;
+            match self
+                .scan_node(&addr, pattern, limit, &mut seen, &mut out)
+                .await
+            {
+                Ok(()) => answered = true,
+                Err(e) if e.is_node_failure() => last_failure = Some(e),
+                Err(e) => return Err(e),
+            }
+            if out.len() >= limit {
+                break;
             }
         }
-        Ok(out)
+        match last_failure {
+            Some(e) if !answered => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    /// One node's `SCAN` walk, adding keys not yet `seen` to `out` until it
+    /// holds `limit`.
+    async fn scan_node(
+        &self,
+        addr: &str,
+        pattern: &[u8],
+        limit: usize,
+        seen: &mut std::collections::HashSet<Bytes>,
+        out: &mut Vec<Bytes>,
+    ) -> Result<()> {
+        let node = self.router.node(addr);
+        let mut cursor = Bytes::from_static(b"0");
+        loop {
+            let args: [&[u8]; 6] = [b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", SCAN_COUNT];
+            let reply = node
+                .call(&args, Idempotent::Yes, self.cfg.retry_attempts)
+                .await?;
+            let (next, keys) = scan_page(reply)?;
+            for key in keys {
+                if out.len() >= limit {
+                    return Ok(());
+                }
+                if seen.insert(key.clone()) {
+                    out.push(key);
+                }
+            }
+            if &next[..] == b"0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
     }
 
     /// `INFO section` of the first node that answers, as text.

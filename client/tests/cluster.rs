@@ -404,3 +404,34 @@ async fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_lists_each_key_once_and_skips_a_dead_node() {
+    let mut cluster = Cluster::start(&[POOL, POOL, POOL], 2);
+    let seed = cluster.nodes[0].addr().to_string();
+    let c = Client::connect(seed).await.expect("connect");
+    for i in 0..60u64 {
+        c.set(&key(i), b"v").await.expect("set");
+    }
+    c.set(b"other:1", b"v").await.expect("set");
+    let listed = |keys: Vec<bytes::Bytes>| -> BTreeSet<Vec<u8>> {
+        let n = keys.len();
+        let set: BTreeSet<Vec<u8>> = keys.into_iter().map(|k| k.to_vec()).collect();
+        assert_eq!(set.len(), n, "a key listed twice");
+        set
+    };
+    let want: BTreeSet<Vec<u8>> = (0..60).map(key).collect();
+    assert_eq!(listed(c.scan(b"blk:*", 1000).await.expect("scan")), want);
+    assert_eq!(c.scan(b"blk:*", 7).await.expect("scan").len(), 7, "limit");
+
+    // The client's map still names the killed node: it is skipped, and
+    // with two copies of every key nothing is missing from the listing.
+    cluster.kill(1);
+    assert_eq!(c.cluster_nodes().len(), 3, "map not refreshed yet");
+    assert_eq!(listed(c.scan(b"blk:*", 1000).await.expect("scan")), want);
+
+    // With no node answering, the failure reaches the caller.
+    cluster.kill(0);
+    cluster.kill(2);
+    assert!(matches!(c.scan(b"blk:*", 1000).await, Err(Error::Io(_))));
+}
