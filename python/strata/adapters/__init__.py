@@ -1,2 +1,3 @@
-"""Inference-engine adapters. Each module imports without its engine
-installed (it then uses a local stand-in for the engine's base class)."""
+"""Inference-engine adapters. ``lmcache`` and ``sglang`` import without
+their engine installed (they then use a local stand-in for the engine's
+base class); ``vllm`` is a vLLM KV connector and imports vLLM and torch."""
