@@ -107,7 +107,9 @@ const KEYS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Command-line flags; each also reads `STRATA_<KEY>`.
+/// Command-line flags; each also reads `STRATA_<KEY>`, and every one is a
+/// key of strata.json (docs/OPERATIONS.md, "Configuration keys"). A flag
+/// wins over the environment, which wins over the file.
 #[derive(Debug, Parser)]
 #[command(name = "strata-server", version, about = "strata KV-cache store node")]
 pub struct Cli {
@@ -117,70 +119,103 @@ pub struct Cli {
     /// Print the effective configuration as JSON and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// Address of the RESP, data-plane and metrics listeners [default: 127.0.0.1].
     #[arg(long, env = "STRATA_BIND")]
     bind: Option<String>,
+    /// RESP port [default: 7379]; unset data and metrics ports follow it.
     #[arg(long, env = "STRATA_PORT")]
     port: Option<String>,
+    /// HTTP port of /metrics and /health; 0 disables [default: port + 2000].
     #[arg(long, env = "STRATA_METRICS_PORT")]
     metrics_port: Option<String>,
+    /// Data-plane port peers read leased values from; 0 picks a free one [default: port + 1].
     #[arg(long, env = "STRATA_DATA_PORT")]
     data_port: Option<String>,
+    /// How long a zero-copy GET pins a value for its reader, in ms [default: 5000].
     #[arg(long, env = "STRATA_LEASE_TTL_MS")]
     lease_ttl_ms: Option<String>,
+    /// Leases one connection may hold; more get -BUSY [default: 4096].
     #[arg(long, env = "STRATA_MAX_LEASES")]
     max_leases: Option<String>,
+    /// DRAM arena, e.g. 8GiB [default: 1GiB].
     #[arg(long, env = "STRATA_CPU_MEMORY_POOL_SIZE")]
     cpu_memory_pool_size: Option<String>,
+    /// Largest value [default: 512MiB].
     #[arg(long, env = "STRATA_MAX_VALUE_SIZE")]
     max_value_size: Option<String>,
+    /// GPU tier's device memory; needs --features cuda and a GPU [default: 0, none].
     #[arg(long, env = "STRATA_GPU_MEMORY_POOL_SIZE")]
     gpu_memory_pool_size: Option<String>,
+    /// CUDA device ordinal of the GPU tier [default: 0].
     #[arg(long, env = "STRATA_GPU_DEVICE_ID")]
     gpu_device_id: Option<String>,
+    /// Largest request, all arguments together [default: 1GiB].
     #[arg(long, env = "STRATA_MAX_REQUEST_SIZE")]
     max_request_size: Option<String>,
+    /// Concurrent client connections [default: 1024].
     #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
     max_connections: Option<String>,
+    /// Node-wide budget for large requests being received [default: 2GiB].
     #[arg(long, env = "STRATA_MAX_BUFFERED_REQUESTS_SIZE")]
     max_buffered_requests_size: Option<String>,
+    /// Which unpinned values go first when memory is short [default: lru].
     #[arg(long, env = "STRATA_EVICTION_POLICY")]
     eviction_policy: Option<String>,
+    /// Pool fraction above which a write first evicts [default: 0.95].
     #[arg(long, env = "STRATA_EVICTION_HIGH_WATERMARK")]
     eviction_high_watermark: Option<String>,
+    /// Password for AUTH (user default); empty = no auth.
     #[arg(long, env = "STRATA_REQUIREPASS", hide_env_values = true)]
     requirepass: Option<String>,
+    /// etcd://host:port[,host:port] for a cluster; empty = standalone.
     #[arg(long, env = "STRATA_METADATA_SERVER")]
     metadata_server: Option<String>,
+    /// Nodes register under /strata/<cluster_name>/nodes/ [default: default].
     #[arg(long, env = "STRATA_CLUSTER_NAME")]
     cluster_name: Option<String>,
+    /// Stable identity in the ring [default: <host_name>:<port>].
     #[arg(long, env = "STRATA_NODE_ID")]
     node_id: Option<String>,
+    /// What other nodes and clients dial [default: the bind address].
     #[arg(long, env = "STRATA_ADVERTISE_HOST")]
     advertise_host: Option<String>,
+    /// Failure domain: copies go to distinct hosts first [default: the machine's hostname].
     #[arg(long, env = "STRATA_HOST_NAME")]
     host_name: Option<String>,
+    /// Copies of each value, the owner's included, 1-8 [default: 1].
     #[arg(long, env = "STRATA_REPLICA_NUM")]
     replica_num: Option<String>,
+    /// etcd lease of this node's record, in seconds [default: 5].
     #[arg(long, env = "STRATA_NODE_TTL_S")]
     node_ttl_s: Option<String>,
+    /// Directory of the NVMe tier's files; empty = a temporary one, lost at stop.
     #[arg(long, env = "STRATA_SSD_PATH")]
     ssd_path: Option<String>,
+    /// NVMe bytes under DRAM; 0 = no NVMe tier [default: 2GiB].
     #[arg(long, env = "STRATA_SSD_POOL_SIZE")]
     ssd_pool_size: Option<String>,
+    /// Largest value kept on NVMe [default: 16MiB].
     #[arg(long, env = "STRATA_SSD_MAX_VALUE_SIZE")]
     ssd_max_value_size: Option<String>,
+    /// NVMe I/O engine: psync or io_uring [default: psync].
     #[arg(long, env = "STRATA_SSD_ENGINE")]
     ssd_engine: Option<String>,
+    /// Open NVMe files with O_DIRECT [default: true].
     #[arg(long, env = "STRATA_SSD_DIRECT_IO")]
     ssd_direct_io: Option<String>,
+    /// DRAM for evicted values waiting for NVMe [default: 256MiB].
     #[arg(long, env = "STRATA_SSD_SPILL_QUEUE_SIZE")]
     ssd_spill_queue_size: Option<String>,
+    /// Data plane: tcp, or rdma (needs --features rdma) [default: tcp].
     #[arg(long, env = "STRATA_PROTOCOL")]
     protocol: Option<String>,
+    /// RDMA device (mlx5_0, rxe0); empty = the first usable one.
     #[arg(long, env = "STRATA_DEVICE_NAME")]
     device_name: Option<String>,
+    /// With rdma: start on TCP with a warning when no device works [default: false].
     #[arg(long, env = "STRATA_RDMA_FALLBACK_TCP")]
     rdma_fallback_tcp: Option<String>,
+    /// A tracing filter, e.g. debug or strata_server=debug [default: info].
     #[arg(long, env = "STRATA_LOG_LEVEL")]
     log_level: Option<String>,
 }

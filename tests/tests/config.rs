@@ -236,6 +236,14 @@ fn two_nodes_on_one_machine_need_only_their_port() {
     let deadline = strata_tests::within(std::time::Duration::from_secs(30));
     let up = strata_tests::wait_until(deadline, || ports.iter().all(|&p| health(p).is_some()));
     let bodies: Vec<_> = ports.iter().map(|&p| health(p)).collect();
+    let infos: Vec<_> = ports
+        .iter()
+        .map(|&p| {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], p));
+            strata_tests::cluster::try_request(addr, &[b"INFO", b"cluster"])
+                .map(|r| String::from_utf8_lossy(&r).into_owned())
+        })
+        .collect();
     for c in &mut children {
         let _ = c.kill();
         let _ = c.wait();
@@ -244,5 +252,43 @@ fn two_nodes_on_one_machine_need_only_their_port() {
     for body in bodies.into_iter().flatten() {
         // Standalone: no etcd, so neither healthy nor not.
         assert!(body.contains("\"etcd_healthy\":null"), "{body}");
+    }
+    for info in infos {
+        let info = info.expect("INFO cluster");
+        assert!(info.contains("cluster_enabled:0"), "{info}");
+        assert!(
+            !info.contains("etcd_healthy"),
+            "standalone INFO names no etcd: {info}"
+        );
+    }
+}
+
+#[test]
+fn help_describes_every_flag_with_its_default() {
+    let exit = run(|c| {
+        c.arg("--help");
+    });
+    assert!(exit.status.success(), "{}", exit.stderr);
+    let help = &exit.stdout;
+    // Every flag is followed by a description line, not straight by the
+    // next flag.
+    let lines: Vec<&str> = help.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let flag = l.trim_start();
+        if flag.starts_with("--") && !flag.starts_with("--help") && !flag.starts_with("--version") {
+            let next = lines.get(i + 1).map(|n| n.trim_start()).unwrap_or("");
+            assert!(
+                !next.is_empty() && !next.starts_with('-'),
+                "{flag} has no description:\n{help}"
+            );
+        }
+    }
+    for needle in [
+        "RESP port [default: 7379]",
+        "[default: port + 1]",
+        "DRAM arena, e.g. 8GiB [default: 1GiB]",
+        "[env: STRATA_REPLICA_NUM=]",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
 }

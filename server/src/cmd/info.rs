@@ -204,8 +204,11 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "replicas_wanted", wanted);
             line(out, "replicas_placeable", wanted.min(ring.len()));
             line(out, "failure_domains", ring.hosts());
-            line(out, "etcd_healthy", u8::from(cl.etcd_healthy.load(Relaxed)));
-            line(out, "etcd_sessions", cl.etcd_sessions.load(Relaxed));
+            // A standalone node has no etcd: neither healthy nor not.
+            if !cl.standalone() {
+                line(out, "etcd_healthy", u8::from(cl.etcd_healthy.load(Relaxed)));
+                line(out, "etcd_sessions", cl.etcd_sessions.load(Relaxed));
+            }
             line(out, "replica_pushes", c.replica_pushes_total.load(Relaxed));
             line(
                 out,
