@@ -183,7 +183,9 @@ impl From<Denied> for TransferError {
             Denied::UnknownRkey => Self::BadDescriptor("unknown or deregistered rkey"),
             Denied::OutOfRange => Self::BadDescriptor("range outside the region"),
             Denied::Stale => Self::Stale,
-            Denied::Gone => Self::BadDescriptor("memory no longer readable"),
+            Denied::Gone => {
+                Self::BadDescriptor("range outside the leased value, or memory no longer readable")
+            }
         }
     }
 }

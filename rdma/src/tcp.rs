@@ -257,12 +257,19 @@ impl TcpTransport {
         };
         sent.await.map_err(|e| Broken::BeforeResponse(e.into()))?;
         let response = Response::decode(&head).map_err(Broken::MidResponse)?;
-        if response.id != request.id {
+        // An owner that could not parse the frame answers BAD_REQUEST with
+        // id 0 (it could not read ours): report that, not an id mismatch.
+        let rejected = response.status == Status::BadRequest;
+        if response.id != request.id && !(rejected && response.id == 0) {
             return Err(Broken::MidResponse(TransferError::Protocol(
                 "response id does not match the request",
             )));
         }
         if let Some(refused) = response.status.to_error(src.len, READ_LEN_MAX) {
+            // The owner closes the connection after BAD_REQUEST: drop it.
+            if rejected {
+                return Err(Broken::MidResponse(refused));
+            }
             return Ok(Err(refused));
         }
         if response.len != src.len {

@@ -543,6 +543,31 @@ async fn wrong_length_and_junk_responses_are_errors() {
     assert!(matches!(err, TransferError::Protocol(_)), "{err:?}");
 }
 
+/// BAD_REQUEST carries request id 0 (the owner could not read ours): the
+/// reader reports the rejection, not an id mismatch, and drops the
+/// connection the owner is closing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_request_with_id_zero_is_reported_as_a_rejection() {
+    let reader = transport().await;
+    let dst = Mem::zeroed(&reader, 64);
+    let (owner, _t) = fake_owner(|_| {
+        let mut r = b"STRP\x01\x06\x00\x00".to_vec();
+        r.extend_from_slice(&[0u8; 16]); // id 0, len 0
+        r
+    })
+    .await;
+    for _ in 0..2 {
+        let err = reader
+            .read(&remote(&owner, 64), &dst.region, 0)
+            .await
+            .expect_err("rejected");
+        assert!(
+            matches!(err, TransferError::Protocol(m) if m.contains("rejected the request")),
+            "{err:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_mid_payload_is_peer_closed() {
     let listener = TcpListener::bind(LOCALHOST).await.expect("bind");

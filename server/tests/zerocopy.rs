@@ -480,3 +480,79 @@ fn a_client_that_vanishes_mid_transfer_leaves_nothing() {
     assert_eq!(exists, 0);
     assert_eq!(node.info("dram_used_bytes"), used_before);
 }
+
+/// What a data-plane read of a node's arena gets for each way it can miss
+/// the leased value (docs/PROTOCOL.md, the status table).
+#[test]
+fn reads_outside_the_leased_value_or_without_its_token_are_refused() {
+    let node = Node::start(&[]);
+    let rt = runtime();
+    rt.block_on(async {
+        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut c = node.conn();
+        let size = 4096usize;
+        // A value before ours, so ours does not start the arena.
+        for key in ["pad", "k"] {
+            let src = buf(&t, pattern(7, size)).await;
+            let reply: String = redis::cmd("PUT")
+                .arg(key)
+                .arg(desc(&t, &src, size as u64))
+                .query(&mut c)
+                .unwrap();
+            assert_eq!(reply, "OK");
+        }
+        let dst = buf(&t, vec![0u8; size + 1]).await;
+        let (sdesc, _lease, len) = lease(&mut c, "k", &desc(&t, &dst, size as u64)).unwrap();
+        assert_eq!(len, size as u64);
+        let read = |d: Descriptor| {
+            let (t, region) = (&t, &dst.region);
+            async move { t.read(&d, region, 0).await }
+        };
+        read(sdesc.clone()).await.expect("the leased range");
+
+        // Inside the arena, one byte off the leased value: GONE.
+        let mut before = sdesc.clone();
+        before.addr -= 1;
+        let mut past = sdesc.clone();
+        past.len += 1;
+        for d in [before, past] {
+            match read(d.clone()).await {
+                Err(TransferError::BadDescriptor(why)) => {
+                    assert!(why.contains("outside the leased value"), "{why}")
+                }
+                other => panic!("{d}: expected GONE, got {other:?}"),
+            }
+        }
+        // No token, or a token that never was: STALE.
+        let mut no_epoch = sdesc.clone();
+        no_epoch.epoch = None;
+        let mut wrong = sdesc.clone();
+        wrong.epoch = Some(sdesc.epoch.unwrap() ^ 1);
+        for d in [no_epoch, wrong] {
+            assert!(
+                matches!(read(d.clone()).await, Err(TransferError::Stale)),
+                "{d}"
+            );
+        }
+        // Not the arena's rkey: UNKNOWN_RKEY.
+        let mut rkey = sdesc.clone();
+        rkey.rkey ^= 1;
+        match read(rkey).await {
+            Err(TransferError::BadDescriptor(why)) => assert!(why.contains("rkey"), "{why}"),
+            other => panic!("expected UNKNOWN_RKEY, got {other:?}"),
+        }
+        // Outside the arena altogether: OUT_OF_RANGE.
+        let mut outside = sdesc.clone();
+        outside.addr = 4096;
+        match read(outside).await {
+            Err(TransferError::BadDescriptor(why)) => {
+                assert!(why.contains("outside the region"), "{why}")
+            }
+            other => panic!("expected OUT_OF_RANGE, got {other:?}"),
+        }
+        // And the lease still reads right after all of that.
+        read(sdesc).await.expect("the leased range, again");
+    });
+}
