@@ -94,7 +94,7 @@ async fn handle(node: &Node, mut sock: TcpStream) -> std::io::Result<()> {
         b"/health" => {
             let cl = &node.cluster;
             let body = format!(
-                "{{\"status\":\"ok\",\"mode\":\"{}\",\"etcd_healthy\":{},\"ring_nodes\":{},\"uptime_seconds\":{},\"keys\":{}}}\n",
+                "{{\"status\":\"ok\",\"mode\":\"{}\",\"etcd_healthy\":{},\"ring_nodes\":{},\"under_replicated_keys\":{},\"uptime_seconds\":{},\"keys\":{}}}\n",
                 if cl.standalone() { "standalone" } else { "cluster" },
                 // No etcd in standalone mode: neither healthy nor not.
                 if cl.standalone() {
@@ -105,6 +105,7 @@ async fn handle(node: &Node, mut sock: TcpStream) -> std::io::Result<()> {
                     "false"
                 },
                 cl.ring().len(),
+                cl.under_replicated.len(),
                 node.started.elapsed().as_secs(),
                 node.store.len()
             );

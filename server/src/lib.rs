@@ -57,6 +57,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     }
     if !node.cfg.standalone() {
         tokio::spawn(cluster::membership::run(node.clone()));
+        tokio::spawn(cluster::under_replicated::retry_loop(node.clone()));
     }
     let result = tokio::select! {
         r = listener::serve(node.clone(), resp) => r,

@@ -85,6 +85,8 @@ struct Exported {
     leases_out: Gauge,
     ring_nodes: Gauge,
     etcd_healthy: Gauge,
+    under_replicated_keys: Gauge,
+    under_replicated_writes_total: Counter,
     replica_pushes_total: Counter,
     replica_push_errors_total: Counter,
     repair_runs_total: Counter,
@@ -465,6 +467,16 @@ impl Metrics {
                 Unit::Count,
                 "1 when the last exchange with etcd succeeded (always 1 standalone).",
             ),
+            under_replicated_keys: gauge(
+                "strata_under_replicated_keys",
+                Unit::Count,
+                "Keys held here with fewer copies than replica_num (pushed again every 5 s).",
+            ),
+            under_replicated_writes_total: counter(
+                "strata_under_replicated_writes_total",
+                Unit::Count,
+                "Acknowledged writes that had fewer copies than asked.",
+            ),
             replica_pushes_total: counter(
                 "strata_replica_pushes_total",
                 Unit::Count,
@@ -561,6 +573,10 @@ impl Metrics {
         e.ring_nodes.set(node.cluster.ring().len() as f64);
         e.etcd_healthy
             .set(f64::from(u8::from(node.cluster.etcd_healthy.load(Relaxed))));
+        let under = &node.cluster.under_replicated;
+        e.under_replicated_keys.set(under.len() as f64);
+        e.under_replicated_writes_total
+            .absolute(under.writes_total.load(Relaxed));
         e.replica_pushes_total
             .absolute(c.replica_pushes_total.load(Relaxed));
         e.replica_push_errors_total

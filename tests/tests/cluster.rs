@@ -716,3 +716,62 @@ fn unmodified_cluster_clients_route_by_themselves() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok 3");
 }
+
+/// Writes acknowledged with fewer copies than `replica_num` are counted and
+/// their keys shown (INFO, `/metrics`, `/health`) until a node joins and
+/// they are pushed again; then losing any one node loses none of them.
+#[test]
+fn under_replicated_writes_are_counted_and_pushed_again_when_a_node_joins() {
+    let mut cluster = Cluster::start(&["64MiB", "64MiB"], 3);
+    let mut c = cluster.client();
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..60)
+        .map(|i| {
+            let k = format!("under:{i}").into_bytes();
+            let v = value_for(&k, i);
+            (k, v)
+        })
+        .collect();
+    for (k, v) in &pairs {
+        c.set(k, v).expect("SET");
+    }
+    let field_sum = |cluster: &Cluster, f: &str| -> u64 {
+        cluster
+            .live()
+            .map(|s| info_cluster_field(s, f).unwrap_or(0))
+            .sum()
+    };
+    // Two nodes for three copies: every write is short of one copy.
+    assert_eq!(field_sum(&cluster, "under_replicated_writes"), 60);
+    assert_eq!(field_sum(&cluster, "under_replicated_keys"), 60);
+    assert_eq!(cluster.metric_sum("strata_under_replicated_keys"), 60.0);
+    assert_eq!(
+        cluster.metric_sum("strata_under_replicated_writes_total"),
+        60.0
+    );
+
+    // A third node: the keys get their third copy and leave the count.
+    cluster.spawn_node("64MiB");
+    cluster.wait_ring(3);
+    let placed = wait_until(within(REPAIR_TIMEOUT), || {
+        field_sum(&cluster, "under_replicated_keys") == 0
+    });
+    assert!(
+        placed,
+        "still under-replicated: {}",
+        field_sum(&cluster, "under_replicated_keys")
+    );
+    assert_eq!(
+        field_sum(&cluster, "under_replicated_writes"),
+        60,
+        "a counter"
+    );
+    for s in cluster.live() {
+        let (status, body) = s.http_get("/health");
+        assert_eq!(status, 200, "{body}");
+        let h: serde_json::Value = serde_json::from_str(&body).expect("/health is JSON");
+        assert_eq!(h["under_replicated_keys"], 0, "{body}");
+    }
+    // Every key is on all three nodes now: any one may go.
+    cluster.kill(0);
+    wait_readable(&mut c, &pairs, FAILOVER_TIMEOUT);
+}

@@ -11,6 +11,7 @@ pub mod membership;
 pub mod peer;
 pub mod repair;
 pub mod replicate;
+pub mod under_replicated;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct Cluster {
     pub etcd_healthy: AtomicBool,
     /// Successful (re)registrations with etcd.
     pub etcd_sessions: AtomicU64,
+    /// Keys with fewer copies than `replica_num`, pushed again until not.
+    pub under_replicated: under_replicated::UnderReplicated,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -55,6 +58,7 @@ impl Cluster {
             ring_version: AtomicU64::new(1),
             etcd_healthy: AtomicBool::new(standalone),
             etcd_sessions: AtomicU64::new(0),
+            under_replicated: Default::default(),
         }
     }
 

@@ -151,6 +151,9 @@ async fn repair_key(
     let want = targets.len();
     let version = value.version();
     let ok = replicate::push(node, key.clone(), value, expire, targets).await;
+    node.cluster
+        .under_replicated
+        .note(&key, copies, ok + usize::from(mine));
     tally.pushed += ok as u64;
     tally.failed += (want - ok) as u64;
     if !mine && ok == want && want > 0 && node.store.delete_version(&key, version, now_ms()) {

@@ -101,6 +101,22 @@ pub async fn push(
     ok
 }
 
+/// Pushes a client's acknowledged write of `key` to its replicas and records
+/// how many copies it has (`wanted` asked, the local one included).
+pub async fn push_write(
+    node: &Arc<Node>,
+    key: Bytes,
+    value: Value,
+    expire_at_ms: Option<u64>,
+    targets: Vec<NodeRecord>,
+    wanted: usize,
+) {
+    let ok = push(node, key.clone(), value, expire_at_ms, targets).await;
+    node.cluster
+        .under_replicated
+        .note_write(&key, wanted, 1 + ok);
+}
+
 /// Forwards a delete or TTL change to `targets`; best effort (repair and
 /// versions cover a replica that missed it).
 pub async fn forward(node: &Arc<Node>, targets: Vec<NodeRecord>, args: Vec<Bytes>) {

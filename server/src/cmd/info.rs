@@ -209,6 +209,18 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 line(out, "etcd_healthy", u8::from(cl.etcd_healthy.load(Relaxed)));
                 line(out, "etcd_sessions", cl.etcd_sessions.load(Relaxed));
             }
+            let under = &cl.under_replicated;
+            line(out, "under_replicated_keys", under.len());
+            line(
+                out,
+                "under_replicated_keys_overflowed",
+                u8::from(under.overflowed()),
+            );
+            line(
+                out,
+                "under_replicated_writes",
+                under.writes_total.load(Relaxed),
+            );
             line(out, "replica_pushes", c.replica_pushes_total.load(Relaxed));
             line(
                 out,

@@ -239,7 +239,7 @@ impl Ctx<'_> {
                 let targets = replicate::targets(&node, &key, copies);
                 match node.store.peek_with_expiry(&key, now) {
                     Ok(Some((value, expire))) => {
-                        replicate::push(&node, key, value, expire, targets).await;
+                        replicate::push_write(&node, key, value, expire, targets, copies).await;
                     }
                     Ok(None) => {}
                     Err(e) => return store_error(e).into(),

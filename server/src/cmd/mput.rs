@@ -31,10 +31,12 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         let prepared = prepare(ctx.node, &kv[1]);
         let node = ctx.node.clone();
         let key = own_key(&kv[0]);
-        let targets = if ctx.internal {
+        let internal = ctx.internal;
+        let copies = node.cfg.replica_num as usize;
+        let targets = if internal {
             Vec::new()
         } else {
-            replicate::targets(&node, &key, node.cfg.replica_num as usize)
+            replicate::targets(&node, &key, copies)
         };
         tasks.push(tokio::spawn(async move {
             let (desc, res) = prepared?;
@@ -51,7 +53,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 .peek(&key, now_ms())
                 .map_err(super::store_error)?
             {
-                replicate::push(&node, key, value, None, targets).await;
+                if !internal {
+                    replicate::push_write(&node, key, value, None, targets, copies).await;
+                }
             }
             Ok::<(), CommandError>(())
         }));

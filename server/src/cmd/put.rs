@@ -37,7 +37,8 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let node = ctx.node.clone();
     let key = own_key(&args[1]);
     let copies = copies.unwrap_or(node.cfg.replica_num) as usize;
-    let targets = if ctx.internal {
+    let internal = ctx.internal;
+    let targets = if internal {
         Vec::new()
     } else {
         replicate::targets(&node, &key, copies)
@@ -52,9 +53,11 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         // A value the GPU tier cannot copy out for the replicas is reported:
         // the write is not as safe as an OK would say.
         match node.store.peek_with_expiry(&key, now_ms()) {
-            Ok(Some((value, exp))) => {
-                replicate::push(&node, key, value, exp, targets).await;
+            // A replica's own copy (an internal write) is not a new write.
+            Ok(Some((value, exp))) if !internal => {
+                replicate::push_write(&node, key, value, exp, targets, copies).await;
             }
+            Ok(Some(_)) => {}
             Ok(None) => {}
             Err(e) => return super::store_error(e).into(),
         }
