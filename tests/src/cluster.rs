@@ -72,6 +72,16 @@ impl Cluster {
         Cluster::start_with(pools, replica_num, &[])
     }
 
+    /// etcd alone; add nodes with [`Cluster::spawn_node_with`].
+    pub fn empty(replica_num: u32, extra: &[&str]) -> Cluster {
+        Cluster {
+            etcd: Etcd::start(),
+            nodes: Vec::new(),
+            replica_num,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
     /// Like [`Cluster::start`], with `extra` flags for every node.
     pub fn start_with(pools: &[&str], replica_num: u32, extra: &[&str]) -> Cluster {
         let mut c = Cluster {
@@ -89,6 +99,12 @@ impl Cluster {
 
     /// Starts one more node (without waiting for the ring); its index.
     pub fn spawn_node(&mut self, pool: &str) -> usize {
+        self.spawn_node_with(pool, &[])
+    }
+
+    /// Like [`Cluster::spawn_node`], with `own` flags for this node only
+    /// (kept for [`Cluster::restart`], e.g. its own `--ssd-path`).
+    pub fn spawn_node_with(&mut self, pool: &str, own: &[&str]) -> usize {
         let i = self.nodes.len();
         let id = format!("n{i}");
         let args: Vec<String> = [
@@ -109,7 +125,11 @@ impl Cluster {
         ]
         .map(String::from)
         .to_vec();
-        let args: Vec<String> = args.into_iter().chain(self.extra.iter().cloned()).collect();
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(self.extra.iter().cloned())
+            .chain(own.iter().map(|s| s.to_string()))
+            .collect();
         let server = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
         self.nodes.push(ClusterNode {
             id,

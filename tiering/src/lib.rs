@@ -14,6 +14,7 @@
 
 pub mod dram;
 pub mod gpu;
+pub mod keylog;
 pub mod nvme;
 pub mod spill;
 pub mod store;

@@ -43,6 +43,7 @@ use thiserror::Error;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use xxhash_rust::xxh3::Xxh3Builder;
 
+use crate::keylog::{self, KeyLog};
 use crate::nvme::{Backend, FoyerBackend, NvmeError, NvmeStats, NvmeTier};
 use crate::store::{Evicted, LowerTier, Store, StoreError};
 
@@ -121,7 +122,8 @@ struct Promotion {
 struct State {
     /// Keys this process put below DRAM (queued or written) and has not
     /// forgotten, with their expiry: `EXISTS` and `PREFIX` answer from it
-    /// without reading NVMe. Keys recovered at start are not in it.
+    /// without reading NVMe. Keys recovered at start are in it when the key
+    /// log (beside the block files) named them.
     below: HashMap<Bytes, Option<u64>, Xxh3Builder>,
     pending: HashMap<Bytes, Pending, Xxh3Builder>,
     /// Keys with a write to NVMe in flight (one per key at a time).
@@ -170,6 +172,9 @@ pub struct Spill<B: Backend = FoyerBackend> {
     /// Copies created before this time (Unix ms) were flushed.
     flushed_at_ms: AtomicU64,
     mark_dir: Option<PathBuf>,
+    /// The keys written to NVMe, for the next start (`None` without
+    /// `mark_dir`, or when the file cannot be opened).
+    keylog: Option<KeyLog>,
     counters: Counters,
 }
 
@@ -184,15 +189,57 @@ impl<B: Backend> Spill<B> {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
         let (tx, rx) = mpsc::unbounded_channel();
+        let mut state = State::default();
+        let keylog = mark_dir.as_ref().and_then(|d| match KeyLog::open(d) {
+            Ok((log, entries)) => {
+                let now = now_ms();
+                let seen = entries.len();
+                for e in entries {
+                    let live = e.created_ms >= flushed_at
+                        && e.expire_at_ms.is_none_or(|at| at > now)
+                        && tier.contains(&e.key);
+                    if live {
+                        state.below.insert(e.key, e.expire_at_ms);
+                    } else {
+                        state.below.remove(&e.key);
+                    }
+                }
+                if seen > 0 {
+                    tracing::info!(
+                        recovered = state.below.len(),
+                        records = seen,
+                        "nvme: keys known from the key log"
+                    );
+                }
+                let live: Vec<keylog::Entry> = state
+                    .below
+                    .iter()
+                    .map(|(k, e)| keylog::Entry {
+                        key: k.clone(),
+                        expire_at_ms: *e,
+                        created_ms: now,
+                    })
+                    .collect();
+                if let Err(e) = log.rewrite(|| live) {
+                    tracing::warn!(error = %e, "nvme: cannot compact the key log");
+                }
+                Some(log)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "nvme: no key log; keys on NVMe are unknown after a restart until read");
+                None
+            }
+        });
         let spill = Arc::new(Spill {
             tier,
             cfg,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             queued_bytes: AtomicU64::new(0),
             tx,
             room: Notify::new(),
             flushed_at_ms: AtomicU64::new(flushed_at),
             mark_dir,
+            keylog,
             counters: Counters::default(),
         });
         tokio::spawn(writer_loop(Arc::downgrade(&spill), rx));
@@ -406,9 +453,12 @@ impl<B: Backend> Spill<B> {
         let mut st = self.state.lock();
         st.writing.remove(&key);
         let mine = st.pending.get(&key).is_some_and(|p| p.gen == gen);
+        let mut landed = None;
         match result {
             Ok(()) if mine => {
-                st.take_pending(&key, &self.queued_bytes);
+                if let Some(p) = st.take_pending(&key, &self.queued_bytes) {
+                    landed = Some(p.blob);
+                }
                 self.counters.spilled.fetch_add(1, Relaxed);
                 self.counters.spilled_bytes.fetch_add(len, Relaxed);
             }
@@ -430,11 +480,43 @@ impl<B: Backend> Spill<B> {
         }
         // A newer value of this key arrived during the write: its turn now.
         let next = st.pending.get(&key).map(|p| p.gen);
+        let live = st.below.len();
         drop(st);
+        if let (Some(log), Some(blob)) = (&self.keylog, landed) {
+            self.log_key(log, &key, &blob, live);
+        }
         if let Some(next) = next {
             let _ = self.tx.send((key, next));
         }
         self.room.notify_waiters();
+    }
+}
+
+impl<B: Backend> Spill<B> {
+    /// Records a landed write in the key log, compacting it when it has
+    /// grown well past the live set.
+    fn log_key(&self, log: &KeyLog, key: &[u8], blob: &[u8], live: usize) {
+        let (expire, created) = Header::times(blob);
+        if let Err(e) = log.append(key, expire, created) {
+            tracing::warn!(error = %e, "nvme: cannot record a key in the key log");
+        }
+        if log.wants_compaction(live) {
+            let now = now_ms();
+            let compacted = log.rewrite(|| {
+                let st = self.state.lock();
+                st.below
+                    .iter()
+                    .map(|(k, e)| keylog::Entry {
+                        key: k.clone(),
+                        expire_at_ms: *e,
+                        created_ms: now,
+                    })
+                    .collect::<Vec<_>>()
+            });
+            if let Err(e) = compacted {
+                tracing::warn!(error = %e, "nvme: cannot compact the key log");
+            }
+        }
     }
 }
 
@@ -503,6 +585,11 @@ impl<B: Backend> LowerTier for Spill<B> {
                 p.stale = true;
             }
         }
+        if let Some(log) = &self.keylog {
+            if let Err(e) = log.rewrite(Vec::new) {
+                tracing::warn!(error = %e, "nvme: cannot empty the key log");
+            }
+        }
         self.flushed_at_ms.fetch_max(now_ms + 1, Relaxed);
         if let Some(dir) = &self.mark_dir {
             let tmp = dir.join(format!("{FLUSH_MARK_FILE}.tmp"));
@@ -515,6 +602,13 @@ impl<B: Backend> LowerTier for Spill<B> {
         }
         self.room.notify_waiters();
     }
+}
+
+/// Unix time in ms (the clock creation times and expiries use).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Registers a promotion of a key for as long as it runs.
@@ -581,6 +675,16 @@ impl Header {
         buf.put_u64_le(self.version);
         buf.put_u64_le(self.expire_at_ms.unwrap_or(NO_EXPIRY));
         buf.put_u64_le(self.created_ms);
+    }
+
+    /// Expiry and creation time of a blob this process built (no checks).
+    fn times(blob: &[u8]) -> (Option<u64>, u64) {
+        if blob.len() < HEADER_BYTES as usize {
+            return (None, 0);
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(blob[i..i + 8].try_into().expect("8 bytes"));
+        let expire = u64_at(16);
+        ((expire != NO_EXPIRY).then_some(expire), u64_at(24))
     }
 
     /// The header, if `blob` has one and its value matches its checksum.

@@ -379,3 +379,80 @@ async fn ttl_changes_on_promoted_values_reach_the_copy_below() {
     );
     assert!(!spill.promote(&store, &key(1), NOW + 1000).await.unwrap());
 }
+
+/// After a restart the key log names what NVMe holds: `EXISTS`/`PREFIX`
+/// (`exists_below`) answer without a read and repair (`keys_below`) sees
+/// the keys; deleted and flushed keys stay gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovered_keys_are_known_without_a_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let len = 100 * KIB as usize;
+    {
+        let store = store(4 * MIB);
+        let spill = attach(&store, reopen(dir.path()).await, Some(dir.path()));
+        for i in 0..80 {
+            set(&store, &spill, i, len, Expiry::Persist).await;
+        }
+        spill.drain(Duration::from_secs(30)).await.unwrap();
+        assert!(store.delete(&key(3), NOW));
+        spill.drain(Duration::from_secs(30)).await.unwrap();
+        spill.tier().close().await.unwrap();
+    }
+    let restarted = store(4 * MIB);
+    let spill = attach(&restarted, reopen(dir.path()).await, Some(dir.path()));
+    let listed = spill.keys_below(|_| true);
+    let mut known = 0;
+    for i in 0..80 {
+        let answer = spill.exists_below(&key(i), NOW);
+        assert_ne!(answer, None, "key {i}: unknown until read");
+        if i == 3 {
+            assert_eq!(answer, Some(false), "deleted before the restart");
+            continue;
+        }
+        let promoted = spill.promote(&restarted, &key(i), NOW).await.unwrap();
+        assert_eq!(
+            answer,
+            Some(promoted),
+            "key {i}: the answer without a read is the read's"
+        );
+        assert_eq!(
+            listed.contains(&key(i)),
+            promoted,
+            "key {i} listed for repair"
+        );
+        known += usize::from(promoted);
+    }
+    assert!(known >= 30, "{known} keys recovered");
+    spill.tier().close().await.unwrap();
+    drop(spill);
+
+    // FLUSHALL, then a restart: nothing is known below.
+    let store2 = store_with_flush(dir.path()).await;
+    drop(store2);
+    let fresh = store(4 * MIB);
+    let spill = attach(&fresh, reopen(dir.path()).await, Some(dir.path()));
+    assert!(spill.keys_below(|_| true).is_empty());
+    for i in 0..80 {
+        // foyer still indexes the flushed copies: not known live, and a
+        // read finds them dead.
+        assert_ne!(
+            spill.exists_below(&key(i), NOW),
+            Some(true),
+            "key {i} after FLUSHALL"
+        );
+        assert!(
+            !spill.promote(&fresh, &key(i), NOW).await.unwrap(),
+            "key {i} after FLUSHALL"
+        );
+    }
+}
+
+/// Opens the tier in `dir` under a fresh store and runs `FLUSHALL`.
+async fn store_with_flush(dir: &Path) -> Store {
+    let store = store(4 * MIB);
+    let spill = attach(&store, reopen(dir).await, Some(dir));
+    store.flush(NOW + 10);
+    spill.drain(Duration::from_secs(30)).await.unwrap();
+    spill.tier().close().await.unwrap();
+    store
+}
