@@ -41,6 +41,13 @@ pub struct NodeRecord {
     /// older records without it parse with an empty list.
     #[serde(default)]
     pub tiers: Vec<TierUsage>,
+    /// `incarnation`: when this process started (Unix ms). A node that
+    /// restarts under the same id comes back with a new one: it may have
+    /// lost what it held in memory, so repair treats its slots as changed
+    /// and the other holders push their copies to it. Not read by
+    /// placement. Added after the first release: older records parse as 0.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 /// One tier's figures in a [`NodeRecord`].
@@ -71,19 +78,19 @@ mod tests {
                 capacity_bytes: 1 << 30,
                 used_bytes: 5,
             }],
+            incarnation: 7,
         };
         let json = serde_json::to_string(&node).expect("serialise");
         assert_eq!(
             json,
-            r#"{"id":"n1","resp_addr":"10.0.0.1:6379","data_addr":"10.0.0.1:7000","host":"h1","capacity_bytes":1073741824,"tiers":[{"tier":"dram","capacity_bytes":1073741824,"used_bytes":5}]}"#
+            r#"{"id":"n1","resp_addr":"10.0.0.1:6379","data_addr":"10.0.0.1:7000","host":"h1","capacity_bytes":1073741824,"tiers":[{"tier":"dram","capacity_bytes":1073741824,"used_bytes":5}],"incarnation":7}"#
         );
         // Records of the first release (no `tiers`) still parse.
         let old =
             r#"{"id":"n1","resp_addr":"a:1","data_addr":"a:2","host":"h","capacity_bytes":5}"#;
-        assert!(serde_json::from_str::<NodeRecord>(old)
-            .expect("parse")
-            .tiers
-            .is_empty());
+        let parsed = serde_json::from_str::<NodeRecord>(old).expect("parse");
+        assert!(parsed.tiers.is_empty());
+        assert_eq!(parsed.incarnation, 0);
         assert_eq!(serde_json::from_str::<NodeRecord>(&json).ok(), Some(node));
     }
 

@@ -373,6 +373,7 @@ mod tests {
             host: host.into(),
             capacity_bytes,
             tiers: Vec::new(),
+            incarnation: 0,
         }
     }
 

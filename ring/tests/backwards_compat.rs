@@ -22,6 +22,7 @@ fn node(id: &str, host: &str, capacity_bytes: u64) -> NodeRecord {
         host: host.into(),
         capacity_bytes,
         tiers: Vec::new(),
+        incarnation: 0,
     }
 }
 

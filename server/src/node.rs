@@ -149,6 +149,7 @@ impl Node {
             // Memory tiers weigh the ring: they serve at memory speed.
             capacity_bytes: cfg.cpu_memory_pool_size + cfg.gpu_memory_pool_size,
             tiers: Vec::new(),
+            incarnation: incarnation(),
         };
         let cluster = Cluster::new(me, cfg.standalone());
         Ok(Node {
@@ -334,4 +335,10 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// This process's incarnation for its node record: its start time in ms
+/// (a restart takes far longer than a millisecond).
+fn incarnation() -> u64 {
+    now_ms()
 }

@@ -174,6 +174,7 @@ impl Cluster {
                     host: n.host.clone(),
                     capacity_bytes: n.capacity_bytes,
                     tiers: Vec::new(),
+                    incarnation: 0,
                 })
                 .collect(),
         )

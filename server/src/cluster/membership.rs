@@ -209,11 +209,13 @@ fn apply_put(members: &mut BTreeMap<String, NodeRecord>, value: &[u8]) -> bool {
             &old.data_addr,
             &old.host,
             old.capacity_bytes,
+            old.incarnation,
         ) != (
             &rec.resp_addr,
             &rec.data_addr,
             &rec.host,
             rec.capacity_bytes,
+            rec.incarnation,
         )
     });
     members.insert(rec.id.clone(), rec);

@@ -22,19 +22,21 @@ const FETCH_EXTRA_HOLDERS: usize = 2;
 /// Keys looked at per scan step.
 const SCAN_BATCH: usize = 256;
 
-/// Slots whose replica set differs between the two rings.
+/// Slots whose replica set differs between the two rings. A member that
+/// restarted (same id, new incarnation) counts as a new member: a `kill -9`
+/// took what it held only in memory, so its slots are pushed to it again.
 fn changed_slots(old: &Ring, new: &Ring, copies: usize) -> Vec<bool> {
     (0..SLOTS)
         .map(|s| {
-            let a: Vec<&str> = old
+            let a: Vec<(&str, u64)> = old
                 .replicas(s, copies)
                 .iter()
-                .map(|n| n.id.as_str())
+                .map(|n| (n.id.as_str(), n.incarnation))
                 .collect();
-            let b: Vec<&str> = new
+            let b: Vec<(&str, u64)> = new
                 .replicas(s, copies)
                 .iter()
-                .map(|n| n.id.as_str())
+                .map(|n| (n.id.as_str(), n.incarnation))
                 .collect();
             a != b
         })
