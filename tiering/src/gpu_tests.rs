@@ -233,6 +233,12 @@ impl LowerTier for Below {
         false
     }
     fn clear(&self, _now_ms: u64) {}
+    fn scan(&self, _: u64, _: usize, _: u64, _: &mut dyn FnMut(u64, &Bytes)) -> u64 {
+        0
+    }
+    fn len_only_below(&self) -> u64 {
+        0
+    }
 }
 
 #[test]

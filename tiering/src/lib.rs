@@ -12,6 +12,7 @@
 //! This crate must never see RESP and never import the transport (`rdma`):
 //! `server` is the only place where tiers and transports meet.
 
+mod below;
 pub mod dram;
 pub mod gpu;
 pub mod keylog;

@@ -43,6 +43,7 @@ use thiserror::Error;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use xxhash_rust::xxh3::Xxh3Builder;
 
+use crate::below::Below;
 use crate::keylog::{self, KeyLog};
 use crate::nvme::{Backend, FoyerBackend, NvmeError, NvmeStats, NvmeTier};
 use crate::store::{Evicted, LowerTier, Store, StoreError};
@@ -123,8 +124,9 @@ struct State {
     /// Keys this process put below DRAM (queued or written) and has not
     /// forgotten, with their expiry: `EXISTS` and `PREFIX` answer from it
     /// without reading NVMe. Keys recovered at start are in it when the key
-    /// log (beside the block files) named them.
-    below: HashMap<Bytes, Option<u64>, Xxh3Builder>,
+    /// log (beside the block files) named them. Entries whose NVMe copy
+    /// foyer reclaimed are pruned when met.
+    below: Below,
     pending: HashMap<Bytes, Pending, Xxh3Builder>,
     /// Keys with a write to NVMe in flight (one per key at a time).
     writing: HashSet<Bytes, Xxh3Builder>,
@@ -199,7 +201,7 @@ impl<B: Backend> Spill<B> {
                         && e.expire_at_ms.is_none_or(|at| at > now)
                         && tier.contains(&e.key);
                     if live {
-                        state.below.insert(e.key, e.expire_at_ms);
+                        state.below.insert(e.key, e.expire_at_ms, false);
                     } else {
                         state.below.remove(&e.key);
                     }
@@ -216,7 +218,7 @@ impl<B: Backend> Spill<B> {
                     .iter()
                     .map(|(k, e)| keylog::Entry {
                         key: k.clone(),
-                        expire_at_ms: *e,
+                        expire_at_ms: e.expire_at_ms,
                         created_ms: now,
                     })
                     .collect();
@@ -277,8 +279,8 @@ impl<B: Backend> Spill<B> {
     pub fn exists_below(&self, key: &[u8], now_ms: u64) -> Option<bool> {
         let st = self.state.lock();
         match st.below.get(key) {
-            Some(expire) => {
-                let live = expire.is_none_or(|at| at > now_ms);
+            Some(e) => {
+                let live = e.expire_at_ms.is_none_or(|at| at > now_ms);
                 Some(live && (st.pending.contains_key(key) || self.tier.contains(key)))
             }
             None if self.tier.contains(key) => None,
@@ -309,7 +311,11 @@ impl<B: Backend> Spill<B> {
             Some(b) => b,
             None => match self.tier.get(key).await {
                 Ok(Some(v)) => v.bytes,
-                Ok(None) => return Ok(false),
+                Ok(None) => {
+                    // Reclaimed by foyer since it was indexed here.
+                    self.drop_copy(key);
+                    return Ok(false);
+                }
                 Err(e) => {
                     self.counters.read_errors.fetch_add(1, Relaxed);
                     return Err(e.into());
@@ -338,22 +344,19 @@ impl<B: Backend> Spill<B> {
             header.expire_at_ms,
             now_ms,
             || {
-                !self
-                    .state
-                    .lock()
-                    .promoting
-                    .get(key)
-                    .is_some_and(|p| p.stale)
+                // Runs under the store's index lock, right before the value
+                // is published: the copy below stays (see the module notes)
+                // and is marked as in DRAM in the same critical section, so
+                // SCAN and DBSIZE never see it twice or not at all.
+                let mut st = self.state.lock();
+                if st.promoting.get(key).is_some_and(|p| p.stale) {
+                    return false;
+                }
+                st.below.insert(key.clone(), header.expire_at_ms, true);
+                true
             },
         );
         if stored {
-            // The copy below stays (see the module notes): index it, unless
-            // a write, delete or eviction came in the meantime.
-            let mut st = self.state.lock();
-            if !st.promoting.get(key).is_some_and(|p| p.stale) {
-                st.below.insert(key.clone(), header.expire_at_ms);
-            }
-            drop(st);
             self.counters.promoted.fetch_add(1, Relaxed);
             self.counters
                 .promoted_bytes
@@ -508,7 +511,7 @@ impl<B: Backend> Spill<B> {
                     .iter()
                     .map(|(k, e)| keylog::Entry {
                         key: k.clone(),
-                        expire_at_ms: *e,
+                        expire_at_ms: e.expire_at_ms,
                         created_ms: now,
                     })
                     .collect::<Vec<_>>()
@@ -522,10 +525,18 @@ impl<B: Backend> Spill<B> {
 
 impl<B: Backend> LowerTier for Spill<B> {
     fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted) {
-        // Read back from NVMe and unchanged: the copy there is this one.
-        if info.clean && (self.state.lock().pending.contains_key(key) || self.tier.contains(key)) {
-            self.counters.kept.fetch_add(1, Relaxed);
-            return;
+        {
+            let mut st = self.state.lock();
+            // Read back from NVMe and unchanged: the copy there is this one,
+            // and now the only one.
+            if info.clean && (st.pending.contains_key(key) || self.tier.contains(key)) {
+                st.below.insert(key.clone(), info.expire_at_ms, false);
+                self.counters.kept.fetch_add(1, Relaxed);
+                return;
+            }
+            // Whatever was known below for this key is gone (foyer reclaimed
+            // a clean copy); a copy queued now is indexed afresh.
+            st.below.remove(key);
         }
         if value.len() as u64 > self.max_value() {
             self.counters.too_large.fetch_add(1, Relaxed);
@@ -553,7 +564,7 @@ impl<B: Backend> LowerTier for Spill<B> {
             st.take_pending(key, &self.queued_bytes);
             self.queued_bytes.fetch_add(len, Relaxed);
             st.pending.insert(key.clone(), Pending { gen, blob });
-            st.below.insert(key.clone(), info.expire_at_ms);
+            st.below.insert(key.clone(), info.expire_at_ms, false);
             st.mark_stale(key);
             gen
         };
@@ -573,6 +584,43 @@ impl<B: Backend> LowerTier for Spill<B> {
             self.room.notify_waiters();
         }
         queued || on_nvme
+    }
+
+    fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+        visit: &mut dyn FnMut(u64, &Bytes),
+    ) -> u64 {
+        let mut st = self.state.lock();
+        let mut next = 0;
+        let mut last_hash = None;
+        let mut reclaimed = Vec::new();
+        for (visited, (h, k)) in st.below.from_cursor(cursor).enumerate() {
+            if visited >= count.max(1) && last_hash != Some(h) {
+                next = h;
+                break;
+            }
+            last_hash = Some(h);
+            let Some(e) = st.below.get(k) else { continue };
+            if !st.pending.contains_key(k) && !self.tier.contains(k) {
+                // foyer reclaimed its block: forget it here too.
+                reclaimed.push(k.clone());
+                continue;
+            }
+            if e.expire_at_ms.is_none_or(|at| at > now_ms) {
+                visit(h, k);
+            }
+        }
+        for k in reclaimed {
+            st.below.remove(&k);
+        }
+        next
+    }
+
+    fn len_only_below(&self) -> u64 {
+        self.state.lock().below.only_below() as u64
     }
 
     fn clear(&self, now_ms: u64) {

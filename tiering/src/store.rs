@@ -123,6 +123,21 @@ pub trait LowerTier: Send + Sync {
     fn forget(&self, key: &[u8]) -> bool;
     /// Every key was deleted (`FLUSHALL`).
     fn clear(&self, now_ms: u64);
+    /// One SCAN step over the keys held below DRAM, in the store's scan
+    /// order: visits keys from `cursor` on (at least `count`, and never
+    /// splitting keys that share a hash), hands each live one to `visit`
+    /// with its scan hash, and returns the hash to resume from (0 when
+    /// done). Called with the index lock held, so a key moving between
+    /// tiers meanwhile is seen on one side or the other.
+    fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+        visit: &mut dyn FnMut(u64, &Bytes),
+    ) -> u64;
+    /// Keys whose only copy is below DRAM (for `DBSIZE`).
+    fn len_only_below(&self) -> u64;
 }
 
 /// Condition for a write (`SET NX` / `SET XX`).
@@ -394,7 +409,7 @@ struct Entry {
 /// is a positive integer in every client and 0 can mean "start/done".
 type ScanKey = (u64, Bytes);
 
-fn scan_hash(key: &[u8]) -> u64 {
+pub(crate) fn scan_hash(key: &[u8]) -> u64 {
     (xxh3_64(key) >> 1).max(1)
 }
 
@@ -1330,9 +1345,12 @@ impl Store {
         }
     }
 
-    /// One SCAN step: visits up to `count` keys (more when several share a
-    /// hash, so a cursor never splits them) starting at `cursor`, returns
-    /// those `filter` accepts and the next cursor (0 when done).
+    /// One SCAN step over every tier: visits up to `count` keys (more when
+    /// several share a hash, so a cursor never splits them) starting at
+    /// `cursor`, returns those `filter` accepts and the next cursor (0 when
+    /// done). DRAM/GPU keys and the keys held only below DRAM share one
+    /// order, so a full iteration returns every key present throughout,
+    /// wherever it lives, and a key in two tiers once.
     pub fn scan(
         &self,
         cursor: u64,
@@ -1340,12 +1358,15 @@ impl Store {
         now_ms: u64,
         mut filter: impl FnMut(&[u8]) -> bool,
     ) -> (u64, Vec<Bytes>) {
+        let count = count.max(1);
         let index = self.index.lock();
-        let mut out = Vec::new();
+        let mut mine = Vec::new();
+        let mut next = 0;
         let mut last_hash = None;
         for (visited, (h, k)) in index.order.range((cursor, Bytes::new())..).enumerate() {
-            if visited >= count.max(1) && last_hash != Some(*h) {
-                return (*h, out);
+            if visited >= count && last_hash != Some(*h) {
+                next = *h;
+                break;
             }
             last_hash = Some(*h);
             let live = index
@@ -1353,16 +1374,46 @@ impl Store {
                 .get(k)
                 .is_some_and(|e| e.expire_at_ms.is_none_or(|at| at > now_ms));
             if live && filter(k) {
-                out.push(k.clone());
+                mine.push((*h, k.clone()));
             }
         }
-        (0, out)
+        let Some(lower) = self.lower.get() else {
+            return (next, mine.into_iter().map(|(_, k)| k).collect());
+        };
+        let mut below = Vec::new();
+        let next_below = lower.scan(cursor, count, now_ms, &mut |h, k| {
+            // A key also in DRAM is listed (or, expired, not) from there.
+            if !index.map.contains_key(k) {
+                below.push((h, k.clone()));
+            }
+        });
+        drop(index);
+        // Resume where the shorter walk stopped; what either side saw past
+        // that point comes again on the next call.
+        let next = match (next, next_below) {
+            (0, n) | (n, 0) => n,
+            (a, b) => a.min(b),
+        };
+        let before = |h: u64| next == 0 || h < next;
+        let mut out: Vec<Bytes> = mine
+            .into_iter()
+            .filter(|(h, _)| before(*h))
+            .map(|(_, k)| k)
+            .collect();
+        out.extend(
+            below
+                .into_iter()
+                .filter(|(h, k)| before(*h) && filter(k))
+                .map(|(_, k)| k),
+        );
+        (next, out)
     }
 
-    /// Number of keys, including expired ones not yet collected (as Redis'
-    /// DBSIZE does).
+    /// Number of keys in every tier, including expired ones not yet
+    /// collected (as Redis' DBSIZE does).
     pub fn len(&self) -> u64 {
-        self.index.lock().map.len() as u64
+        let dram = self.index.lock().map.len() as u64;
+        dram + self.lower.get().map_or(0, |l| l.len_only_below())
     }
 
     pub fn is_empty(&self) -> bool {

@@ -456,3 +456,93 @@ async fn store_with_flush(dir: &Path) -> Store {
     spill.tier().close().await.unwrap();
     store
 }
+
+/// A full SCAN with a small COUNT: every key it returns, in call order.
+fn scan_all(store: &Store, count: usize, now_ms: u64) -> Vec<Bytes> {
+    let (mut cursor, mut out) = (0, Vec::new());
+    loop {
+        let (next, keys) = store.scan(cursor, count, now_ms, |_| true);
+        out.extend(keys);
+        if next == 0 {
+            return out;
+        }
+        assert!(next > cursor, "the cursor moves forward");
+        cursor = next;
+    }
+}
+
+fn sorted(mut keys: Vec<Bytes>) -> Vec<Bytes> {
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_and_dbsize_cover_every_tier_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let len = 100 * KIB as usize;
+    let n = 80;
+    let all = |skip: &[u64]| -> Vec<Bytes> {
+        sorted((0..n).filter(|i| !skip.contains(i)).map(key).collect())
+    };
+    {
+        let store = store(4 * MIB);
+        let spill = attach(&store, reopen(dir.path()).await, Some(dir.path()));
+        for i in 0..n {
+            let expiry = if i == 7 {
+                Expiry::At(NOW + 100)
+            } else {
+                Expiry::Persist
+            };
+            set(&store, &spill, i, len, expiry).await;
+        }
+        spill.drain(Duration::from_secs(30)).await.unwrap();
+        let in_dram = store.stats().keys;
+        assert!(
+            in_dram < n / 2,
+            "most keys are below DRAM ({in_dram} in DRAM)"
+        );
+        assert_eq!(store.len(), n, "DBSIZE counts every tier");
+        assert_eq!(sorted(scan_all(&store, 7, NOW)), all(&[]));
+        // Promoted keys are in both tiers: counted and listed once.
+        for i in 0..10 {
+            assert_eq!(read(&store, &spill, i).await.unwrap(), value(i, len));
+        }
+        assert!(spill.stats().promoted >= 10);
+        assert_eq!(store.len(), n);
+        assert_eq!(sorted(scan_all(&store, 7, NOW)), all(&[]));
+        // Keys move between tiers during the walk: each is still returned
+        // exactly once (a key's place in the order never changes).
+        let (mut cursor, mut walked, mut i) = (0, Vec::new(), 0);
+        loop {
+            let (next, keys) = store.scan(cursor, 5, NOW, |_| true);
+            walked.extend(keys);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+            for _ in 0..3 {
+                i = (i + 17) % n;
+                assert_eq!(read(&store, &spill, i).await.unwrap(), value(i, len));
+            }
+        }
+        assert_eq!(walked.len(), n as usize, "no key twice");
+        assert_eq!(sorted(walked), all(&[]));
+        // Deletes, in DRAM and below; an expired key is counted (as Redis'
+        // DBSIZE does) but not listed.
+        assert!(store.delete(&key(3), NOW));
+        assert!(store.delete(&key(70), NOW));
+        assert_eq!(store.len(), n - 2);
+        assert_eq!(sorted(scan_all(&store, 7, NOW + 200)), all(&[3, 7, 70]));
+        // A graceful stop: everything goes down to NVMe.
+        while store.demote_some(8) > 0 {}
+        spill.drain(Duration::from_secs(30)).await.unwrap();
+        spill.tier().close().await.unwrap();
+    }
+    // After a restart every recovered key is counted and listed.
+    let restarted = store(4 * MIB);
+    let _spill = attach(&restarted, reopen(dir.path()).await, Some(dir.path()));
+    assert_eq!(restarted.stats().keys, 0, "nothing in DRAM yet");
+    // (Key 7 expired: recovery, on the wall clock, drops it.)
+    assert_eq!(restarted.len(), n - 3);
+    assert_eq!(sorted(scan_all(&restarted, 9, NOW)), all(&[3, 7, 70]));
+}
