@@ -117,6 +117,8 @@ struct NvmeExported {
     used_bytes: Gauge,
     entries: Gauge,
     evicted_blocks_total: Counter,
+    reclaim_copied_total: Counter,
+    evictions_total: Counter,
     spill_queue_bytes: Gauge,
     spilled_total: Counter,
     spilled_bytes_total: Counter,
@@ -281,7 +283,17 @@ impl Metrics {
             evicted_blocks_total: counter(
                 "strata_nvme_evicted_blocks_total",
                 Unit::Count,
-                "NVMe blocks reclaimed when the tier was full; each dropped every value in it.",
+                "NVMe blocks reclaimed when the tier was full (their live values are copied forward, within a budget).",
+            ),
+            reclaim_copied_total: counter(
+                "strata_nvme_reclaim_copied_total",
+                Unit::Count,
+                "Live values copied forward out of reclaimed NVMe blocks.",
+            ),
+            evictions_total: counter(
+                "strata_nvme_evictions_total",
+                Unit::Count,
+                "Live values the NVMe tier dropped when it reclaimed their block (copying them forward was over budget).",
             ),
             spill_queue_bytes: gauge(
                 "strata_spill_queue_bytes",
@@ -611,6 +623,8 @@ impl Metrics {
             x.used_bytes.set(n.nvme.used_bytes as f64);
             x.entries.set(n.nvme.entries as f64);
             x.evicted_blocks_total.absolute(n.nvme.evicted_blocks);
+            x.reclaim_copied_total.absolute(n.nvme.reinserted);
+            x.evictions_total.absolute(n.nvme.reclaim_dropped);
             x.spill_queue_bytes.set(n.queued_bytes as f64);
             x.spilled_total.absolute(n.spilled);
             x.spilled_bytes_total.absolute(n.spilled_bytes);

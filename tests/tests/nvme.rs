@@ -250,6 +250,38 @@ fn values_on_nvme_survive_kill_and_a_graceful_stop_keeps_dram_too() {
         0,
         "EXISTS/PREFIX read NVMe"
     );
+    // Counted and listed too, by DBSIZE, INFO keyspace, KEYS and a SCAN
+    // with a small COUNT, all without a read.
+    let dbsize: usize = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(dbsize, spilled, "DBSIZE after kill -9");
+    let info: String = redis::cmd("INFO").arg("keyspace").query(&mut con).unwrap();
+    assert!(
+        info.contains(&format!("db0:keys={spilled},")),
+        "INFO keyspace: {info}"
+    );
+    let mut listed: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    listed.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(listed, want, "KEYS after kill -9");
+    let mut scanned = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(7)
+            .query(&mut con)
+            .unwrap();
+        scanned.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    scanned.sort();
+    assert_eq!(scanned, want, "SCAN after kill -9: every key once");
+    assert_eq!(server.info_field("nvme_promoted"), 0, "listing read NVMe");
     for i in 0..spilled {
         let got = get(&mut con, i).unwrap_or_else(|| panic!("{} lost after kill -9", key(i)));
         assert!(got == value(i), "{} has wrong bytes after kill -9", key(i));

@@ -79,7 +79,7 @@ impl Below {
     }
 
     /// Keys in SCAN order from `cursor` (a scan hash) on.
-    pub fn from_cursor(&self, cursor: u64) -> impl Iterator<Item = (u64, &Bytes)> {
+    pub fn scan_from(&self, cursor: u64) -> impl Iterator<Item = (u64, &Bytes)> {
         self.order
             .range((cursor, Bytes::new())..)
             .map(|(h, k)| (*h, k))
@@ -104,17 +104,17 @@ mod tests {
         assert!(b.remove(b"a"));
         assert!(!b.remove(b"a"));
         assert_eq!((b.len(), b.only_below()), (2, 2));
-        let mut walked: Vec<_> = b.from_cursor(0).map(|(_, k)| k.clone()).collect();
+        let mut walked: Vec<_> = b.scan_from(0).map(|(_, k)| k.clone()).collect();
         walked.sort();
         assert_eq!(
             walked,
             vec![Bytes::from_static(b"b"), Bytes::from_static(b"c")]
         );
-        let hashes: Vec<u64> = b.from_cursor(0).map(|(h, _)| h).collect();
+        let hashes: Vec<u64> = b.scan_from(0).map(|(h, _)| h).collect();
         assert!(hashes.windows(2).all(|w| w[0] <= w[1]), "scan order");
         b.clear();
         assert_eq!(
-            (b.len(), b.only_below(), b.from_cursor(0).count()),
+            (b.len(), b.only_below(), b.scan_from(0).count()),
             (0, 0, 0)
         );
     }

@@ -597,7 +597,7 @@ impl<B: Backend> LowerTier for Spill<B> {
         let mut next = 0;
         let mut last_hash = None;
         let mut reclaimed = Vec::new();
-        for (visited, (h, k)) in st.below.from_cursor(cursor).enumerate() {
+        for (visited, (h, k)) in st.below.scan_from(cursor).enumerate() {
             if visited >= count.max(1) && last_hash != Some(h) {
                 next = h;
                 break;

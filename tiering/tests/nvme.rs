@@ -465,3 +465,60 @@ async fn bench_sequential_1mib_reads() {
         tier.close().await.unwrap();
     }
 }
+
+/// Overwrite churn with the live set at half the capacity: reclaim copies
+/// the live values forward and lets the dead ones go, so nothing live is
+/// lost and every value read back is its newest version. (Before reclaim
+/// copied forward, the same run lost about one write in five.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overwrite_churn_keeps_every_live_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = 256 * KIB;
+    let capacity = 32 * MIB;
+    let tier = NvmeTier::open(config(dir.path(), capacity, max))
+        .await
+        .unwrap();
+    let len = 64 * KIB as usize;
+    let keys = capacity / 2 / len as u64;
+    let mut version = vec![0u64; keys as usize];
+    let seed = |k: u64, v: u64| k << 20 | v;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut lost_before_overwrite = 0;
+    for i in 0..keys * 10 {
+        let k = if i < keys {
+            i
+        } else {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % keys
+        };
+        if version[k as usize] > 0 {
+            lost_before_overwrite += u64::from(!tier.contains(&key(k)));
+            tier.forget(&key(k));
+        }
+        version[k as usize] += 1;
+        let v = value(seed(k, version[k as usize]), len);
+        let crc = crc32c::crc32c(&v);
+        tier.insert(key(k), v, crc).await.unwrap();
+    }
+    assert_eq!(lost_before_overwrite, 0, "live values lost to reclaim");
+    for k in 0..keys {
+        let got = tier.get(&key(k)).await.unwrap();
+        let got = got.unwrap_or_else(|| panic!("key {k} lost"));
+        assert!(
+            got.bytes == value(seed(k, version[k as usize]), len),
+            "key {k}: not its newest value"
+        );
+    }
+    let s = tier.stats();
+    assert!(
+        s.evicted_blocks > s.capacity_bytes / s.block_bytes,
+        "reclaim ran: {s:?}"
+    );
+    assert!(s.reinserted > 0, "{s:?}");
+    assert_eq!(s.reclaim_dropped, 0, "{s:?}");
+    // Copying forward stays within its budget (one byte per byte written).
+    assert!(s.reinserted <= s.writes, "{s:?}");
+    tier.close().await.unwrap();
+}

@@ -177,6 +177,8 @@ fn render(node: &Node, section: &str, out: &mut String) {
             line(out, "nvme_block_bytes", n.nvme.block_bytes);
             line(out, "nvme_entries", n.nvme.entries);
             line(out, "nvme_evicted_blocks", n.nvme.evicted_blocks);
+            line(out, "nvme_reclaim_copied", n.nvme.reinserted);
+            line(out, "nvme_evictions", n.nvme.reclaim_dropped);
             line(out, "nvme_spill_queued", n.queued);
             line(out, "nvme_spill_queued_bytes", n.queued_bytes);
             line(out, "nvme_spilled", n.spilled);
@@ -233,11 +235,13 @@ fn render(node: &Node, section: &str, out: &mut String) {
         }
         "keyspace" => {
             out.push_str("# Keyspace\r\n");
-            if s.keys > 0 {
+            // Every tier, as DBSIZE counts (`expires` counts DRAM and GPU).
+            let keys = node.store.len();
+            if keys > 0 {
                 let _ = write!(
                     out,
                     "db0:keys={},expires={},avg_ttl=0\r\n",
-                    s.keys, s.expiring_keys
+                    keys, s.expiring_keys
                 );
             }
         }

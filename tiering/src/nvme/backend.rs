@@ -16,9 +16,38 @@
 //! the bytes in flight so the buffer cannot overflow, waits for the flush, and
 //! then checks foyer's index. An entry missing there is reported as an error.
 //!
+//! # Reclaim without losing live values
+//!
+//! foyer frees space by reclaiming whole blocks, oldest first. Left alone
+//! that drops every value in the block, live or not: under overwrite churn
+//! with the live set at half the capacity, about one write in five lost a
+//! live value (`examples/nvme_churn.rs`, docs/BENCHMARKS.md). So the
+//! reclaimer is given a reinsertion filter ([`Residents`]) that copies the
+//! live entries of the victim forward and lets the rest go:
+//!
+//! - Blocks are reclaimed strictly oldest first (FIFO only), so the copies
+//!   of one key are met oldest first, and the last one met is the current
+//!   one. [`Residents`] counts the copies of each key on the device and
+//!   whether the key is live (written and not deleted); an entry is copied
+//!   forward only when it is the key's last copy and the key is live.
+//!   foyer's own sequence check on re-indexing means a mistaken pick can
+//!   only cost a write, never bring back an old value.
+//! - Copying forward costs writes: a reclaim may copy at most
+//!   [`REINSERT_PER_WRITE`] bytes per byte written (a credit, saved up to
+//!   a quarter of the capacity), so the device never writes more than
+//!   twice what it is given. When the live set is too close to the
+//!   capacity for that, the oldest live values are dropped, as in any FIFO
+//!   cache, and every such drop is counted ([`Usage::reclaim_dropped`]).
+//! - Keys found on the device at open (written by an earlier process) are
+//!   unknown to [`Residents`]: their entries are copied forward when foyer
+//!   still indexes their key (an old copy of a rewritten key then costs one
+//!   wasted write).
+//!
 //! This module never sees checksums of values, RESP or transports.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -26,10 +55,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use foyer::{
     BlockEngineConfig, Cache, CacheBuilder, Code, DeviceBuilder, EvictionInfo, EvictionPicker,
-    FifoPicker, FsDeviceBuilder, InvalidRatioPicker, IoEngineConfig, Load, PsyncIoEngineConfig,
-    RecoverMode, Store, StoreBuilder,
+    FifoPicker, FsDeviceBuilder, IoEngineConfig, Load, PsyncIoEngineConfig, RecoverMode,
+    Statistics, StorageFilter, StorageFilterCondition, StorageFilterResult, Store, StoreBuilder,
 };
 use foyer_common::metrics::Metrics;
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use super::{NvmeConfig, NvmeEngine, NvmeError};
@@ -56,6 +86,14 @@ const WRITE_BUFFER_BLOCKS: u64 = 2;
 /// a queue deep enough for a block's worth of page writes.
 const URING_THREADS: usize = 1;
 const URING_IO_DEPTH: usize = 64;
+/// Bytes a reclaim may copy forward per byte written, on average: bounds
+/// the write amplification at 1 + this. When the live set is too large
+/// for that (near the capacity), the oldest live values are dropped
+/// instead, as in any FIFO cache, and counted.
+pub const REINSERT_PER_WRITE: f64 = 1.0;
+/// Clean blocks foyer keeps ready: one for new writes, one for the copies
+/// a reclaim makes.
+const CLEAN_BLOCKS: usize = 2;
 
 /// A value as stored: the bytes and the CRC32C the writer vouched for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +136,13 @@ pub struct Usage {
     pub block_bytes: u64,
     /// Blocks that hold data and are sealed (full, or recovered at open).
     pub sealed_blocks: u64,
-    /// Blocks evicted since open; each dropped every entry it held.
+    /// Blocks reclaimed since open.
     pub evicted_blocks: u64,
+    /// Live entries copied forward out of reclaimed blocks.
+    pub reinserted: u64,
+    /// Live entries a reclaim dropped (copying them would have exceeded
+    /// [`REINSERT_PER_WRITE`]): evictions.
+    pub reclaim_dropped: u64,
 }
 
 /// What [`NvmeTier`](super::NvmeTier) needs from storage. Implementations
@@ -145,6 +188,7 @@ pub struct FoyerBackend {
     in_flight: Semaphore,
     block_bytes: u64,
     counts: Arc<BlockCounts>,
+    residents: Arc<Residents>,
 }
 
 impl FoyerBackend {
@@ -158,6 +202,7 @@ impl FoyerBackend {
             .build()
             .map_err(io("open device"))?;
         let counts = Arc::new(BlockCounts::default());
+        let residents = Arc::new(Residents::new(config.capacity_bytes));
         let buffer = block * WRITE_BUFFER_BLOCKS;
         let engine = BlockEngineConfig::new(device)
             .with_block_size(block as usize)
@@ -167,11 +212,15 @@ impl FoyerBackend {
             .with_submit_queue_size_threshold(2 * buffer as usize)
             // Without it a removed key comes back after a restart.
             .with_tombstone_log(true)
+            .with_clean_block_threshold(CLEAN_BLOCKS)
+            // FIFO only: see the module notes on reclaim.
             .with_eviction_pickers(vec![
                 Box::new(CountingPicker(counts.clone())),
-                Box::new(InvalidRatioPicker::new(0.8)),
                 Box::<FifoPicker>::default(),
-            ]);
+            ])
+            .with_reinsertion_filter(
+                StorageFilter::new().with_condition(ReinsertLive(residents.clone())),
+            );
 
         let pieces: Cache<Bytes, Entry> = CacheBuilder::new(64).with_shards(8).build();
         let builder = StoreBuilder::new("strata-nvme", pieces.clone(), Arc::new(Metrics::noop()))
@@ -212,6 +261,7 @@ impl FoyerBackend {
             in_flight: Semaphore::new(block as usize),
             block_bytes: block,
             counts,
+            residents,
         })
     }
 }
@@ -229,6 +279,7 @@ impl Backend for FoyerBackend {
         self.store.enqueue(piece, true);
         self.store.wait().await;
         if self.store.may_contains(&key) {
+            self.residents.written(hash_of(&key), need);
             Ok(())
         } else {
             // Dropped by foyer: a failed device write, a closed store, or the
@@ -251,6 +302,7 @@ impl Backend for FoyerBackend {
     }
 
     fn delete(&self, key: &[u8]) {
+        self.residents.deleted(hash_of(key));
         self.store.delete(key);
     }
 
@@ -273,6 +325,8 @@ impl Backend for FoyerBackend {
             block_bytes: self.block_bytes,
             sealed_blocks: self.counts.sealed.load(Relaxed),
             evicted_blocks: self.counts.evicted.load(Relaxed),
+            reinserted: self.residents.reinserted.load(Relaxed),
+            reclaim_dropped: self.residents.dropped.load(Relaxed),
         }
     }
 }
@@ -314,6 +368,128 @@ impl EvictionPicker for CountingPicker {
             .sealed
             .store(info.evictable.len().saturating_sub(1) as u64, Relaxed);
         self.0.evicted.fetch_add(1, Relaxed);
+    }
+}
+
+/// foyer's hash of a key (its index is keyed by it; `Bytes` hashes as its
+/// slice, so `&[u8]` and `Bytes` agree).
+fn hash_of(key: &[u8]) -> u64 {
+    foyer::DefaultHasher::default().hash_one(key)
+}
+
+/// What this process wrote, per foyer key hash: enough for the reclaimer
+/// to tell a key's current entry from its older copies (module notes), and
+/// the budget that bounds copying forward.
+#[derive(Debug)]
+struct Residents {
+    inner: Mutex<ResidentsInner>,
+    /// Most credit saved up (bytes): a burst of reclaims after a quiet spell.
+    max_credit: u64,
+    reinserted: AtomicU64,
+    dropped: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct ResidentsInner {
+    keys: HashMap<u64, Resident>,
+    /// Bytes that may still be copied forward: every byte written adds
+    /// [`REINSERT_PER_WRITE`], every byte copied takes one.
+    credit: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Resident {
+    /// Entries of this key on the device, current and older.
+    copies: u32,
+    /// Written and not deleted since.
+    live: bool,
+    bytes: u32,
+}
+
+impl Residents {
+    fn new(capacity_bytes: u64) -> Self {
+        let max_credit = capacity_bytes / 4;
+        Residents {
+            inner: Mutex::new(ResidentsInner {
+                keys: HashMap::new(),
+                // Entries recovered at open can be copied from the start.
+                credit: max_credit,
+            }),
+            max_credit,
+            reinserted: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn written(&self, hash: u64, bytes: u32) {
+        let mut inner = self.inner.lock();
+        let earned = (f64::from(bytes) * REINSERT_PER_WRITE) as u64;
+        inner.credit = (inner.credit + earned).min(self.max_credit);
+        let r = inner.keys.entry(hash).or_insert(Resident {
+            copies: 0,
+            live: false,
+            bytes: 0,
+        });
+        r.copies += 1;
+        r.live = true;
+        r.bytes = bytes;
+    }
+
+    fn deleted(&self, hash: u64) {
+        if let Some(r) = self.inner.lock().keys.get_mut(&hash) {
+            r.live = false;
+        }
+    }
+
+    /// The reclaimer met an entry of `hash` (`bytes` long): copy it forward?
+    fn reclaiming(&self, hash: u64, bytes: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let Some(r) = inner.keys.get_mut(&hash) else {
+            // Written before this process started: foyer copies it only if
+            // it still indexes the key.
+            return take(&mut inner.credit, bytes);
+        };
+        r.copies = r.copies.saturating_sub(1);
+        if r.copies > 0 || !r.live {
+            // An older copy, or a deleted key's last one.
+            if r.copies == 0 {
+                inner.keys.remove(&hash);
+            }
+            return false;
+        }
+        if take(&mut inner.credit, u64::from(r.bytes)) {
+            r.copies = 1;
+            self.reinserted.fetch_add(1, Relaxed);
+            true
+        } else {
+            inner.keys.remove(&hash);
+            self.dropped.fetch_add(1, Relaxed);
+            false
+        }
+    }
+}
+
+fn take(credit: &mut u64, bytes: u64) -> bool {
+    match credit.checked_sub(bytes) {
+        Some(left) => {
+            *credit = left;
+            true
+        }
+        None => false,
+    }
+}
+
+#[derive(Debug)]
+struct ReinsertLive(Arc<Residents>);
+
+impl StorageFilterCondition for ReinsertLive {
+    fn filter(&self, _: &Arc<Statistics>, hash: u64, len: usize) -> StorageFilterResult {
+        if self.0.reclaiming(hash, len as u64) {
+            StorageFilterResult::Admit
+        } else {
+            StorageFilterResult::Reject
+        }
     }
 }
 

@@ -145,6 +145,11 @@ pub struct NvmeStats {
     pub used_bytes: u64,
     pub entries: u64,
     pub evicted_blocks: u64,
+    /// Live values copied forward out of reclaimed blocks, and live values
+    /// a reclaim dropped (evictions: copying them forward would have cost
+    /// more than `REINSERT_PER_WRITE`).
+    pub reinserted: u64,
+    pub reclaim_dropped: u64,
     /// Inserts acknowledged, and their value bytes.
     pub writes: u64,
     pub write_bytes: u64,
@@ -358,6 +363,8 @@ impl<B: Backend> NvmeTier<B> {
             used_bytes: usage.sealed_blocks * usage.block_bytes,
             entries: c.entries.load(Relaxed),
             evicted_blocks: usage.evicted_blocks,
+            reinserted: usage.reinserted,
+            reclaim_dropped: usage.reclaim_dropped,
             writes: c.writes.load(Relaxed),
             write_bytes: c.write_bytes.load(Relaxed),
             reads: c.reads.load(Relaxed),
