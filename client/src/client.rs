@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis_protocol::resp2::types::BytesFrame;
 use strata_rdma::tcp::TcpStats;
-use strata_rdma::{DataPlane, Descriptor, Protocol, Region, Transport};
+use strata_rdma::{DataPlane, Descriptor, Protocol, ReadOp, Region, Transport};
 use strata_ring::key_slot;
 
 use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected};
@@ -433,12 +433,30 @@ impl Client {
                 Err(e) => out[k] = Err(e),
             }
         }
-        let reads = leases.iter().map(|(k, lease)| {
+        // Every read of the batch at once: over TCP one data-plane round
+        // trip per connection for the whole batch.
+        let mut outcomes: Vec<Result<usize>> = Vec::with_capacity(leases.len());
+        let mut ops = Vec::with_capacity(leases.len());
+        for (k, lease) in &leases {
             let (i, capacity, _) = &sent[idx[*k]];
             let (_, buf, offset) = &chunk[*i];
-            self.pull(lease, buf.region(), *offset, *capacity)
-        });
-        let mut outcomes = futures::future::join_all(reads).await;
+            outcomes.push(fits(lease, *capacity).map(|()| lease.len as usize));
+            if outcomes.last().is_some_and(Result::is_ok) && lease.len > 0 {
+                ops.push(ReadOp {
+                    src: &lease.src,
+                    dst: buf.region(),
+                    dst_offset: *offset as u64,
+                });
+            }
+        }
+        let mut read = self.transport.read_many(&ops).await.into_iter();
+        for (o, (_, lease)) in outcomes.iter_mut().zip(&leases) {
+            if o.is_ok() && lease.len > 0 {
+                if let Err(e) = read.next().expect("one result per read") {
+                    *o = Err(e.into());
+                }
+            }
+        }
         let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
         if self.reads_are_guarded() {
             node.release(&ids).await;
@@ -663,11 +681,7 @@ impl Client {
         capacity: usize,
     ) -> Result<usize> {
         let len = lease.len;
-        if len > capacity as u64 {
-            return Err(Error::TooLarge(format!(
-                "value of {len} bytes does not fit the destination of {capacity} bytes"
-            )));
-        }
+        fits(lease, capacity)?;
         if len > 0 {
             self.transport
                 .read(&lease.src, region, offset as u64)
@@ -708,6 +722,17 @@ impl Lease {
         }
         Ok(Self { src, id, len })
     }
+}
+
+/// Whether a leased value fits a destination of `capacity` bytes.
+fn fits(lease: &Lease, capacity: usize) -> Result<()> {
+    if lease.len > capacity as u64 {
+        return Err(Error::TooLarge(format!(
+            "value of {} bytes does not fit the destination of {capacity} bytes",
+            lease.len
+        )));
+    }
+    Ok(())
 }
 
 /// Bytes of `region` from `offset` to its end.

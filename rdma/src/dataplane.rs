@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::tcp::{TcpConfig, TcpStats, TcpTransport};
 #[cfg(feature = "rdma")]
 use crate::verbs::{VerbsConfig, VerbsTransport};
-use crate::{Descriptor, ReadGuard, Region, TransferError, Transport, TransportKind};
+use crate::{Descriptor, ReadGuard, ReadOp, Region, TransferError, Transport, TransportKind};
 
 /// Which data plane to start.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -165,6 +165,14 @@ impl Transport for DataPlane {
             Self::Tcp(t) => t.read(src, dst, dst_offset).await,
             #[cfg(feature = "rdma")]
             Self::Verbs(t) => t.read(src, dst, dst_offset).await,
+        }
+    }
+
+    async fn read_many<'a>(&'a self, ops: &'a [ReadOp<'a>]) -> Vec<Result<(), TransferError>> {
+        match self {
+            Self::Tcp(t) => t.read_many(ops).await,
+            #[cfg(feature = "rdma")]
+            Self::Verbs(t) => t.read_many(ops).await,
         }
     }
 }

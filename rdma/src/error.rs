@@ -55,6 +55,30 @@ impl TransferError {
     }
 }
 
+impl TransferError {
+    /// The same error again, for every read of a batch that one failure
+    /// ended (`io::Error` is not `Clone`: its kind and text are kept).
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            Self::BadDescriptor(s) => Self::BadDescriptor(s),
+            Self::Stale => Self::Stale,
+            Self::TooLarge { len, max } => Self::TooLarge {
+                len: *len,
+                max: *max,
+            },
+            Self::Busy(s) => Self::Busy(s),
+            Self::Io(e) => Self::Io(io::Error::new(e.kind(), e.to_string())),
+            Self::Timeout => Self::Timeout,
+            Self::PeerClosed => Self::PeerClosed,
+            Self::LengthMismatch { want, got } => Self::LengthMismatch {
+                want: *want,
+                got: *got,
+            },
+            Self::Protocol(s) => Self::Protocol(s),
+        }
+    }
+}
+
 impl From<io::Error> for TransferError {
     /// A connection that ends early is `PeerClosed`, whatever way the kernel
     /// reports it; everything else stays `Io`.

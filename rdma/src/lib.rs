@@ -26,4 +26,4 @@ pub use dataplane::{DataPlane, Protocol, StartError};
 pub use error::TransferError;
 pub use region::{ReadGuard, Refusal, Region, REGIONS_MAX};
 pub use strata_proto::desc::{Descriptor, TransportKind};
-pub use transport::Transport;
+pub use transport::{ReadOp, Transport};

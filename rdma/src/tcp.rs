@@ -25,7 +25,7 @@ use tokio::time::timeout;
 
 use crate::region::RegionTable;
 use crate::wire::{Request, Response, Status, REQUEST_LEN, RESPONSE_LEN};
-use crate::{Descriptor, ReadGuard, Region, TransferError, Transport, TransportKind};
+use crate::{Descriptor, ReadGuard, ReadOp, Region, TransferError, Transport, TransportKind};
 
 /// Longest read one request may ask for. Values are at most a few tens of
 /// MiB; 1 GiB leaves room for batched arenas while bounding how long one
@@ -42,6 +42,12 @@ pub const PEERS_MAX: usize = 1024;
 /// Connections the listener serves at once; further peers wait in the
 /// accept backlog until one closes.
 pub const SERVED_CONNS_MAX: usize = 256;
+
+/// A batch of reads to one peer is spread over several connections only
+/// when each then carries at least this many bytes: small reads go best
+/// pipelined on one connection, large ones need more than one stream to
+/// fill a fast link.
+pub const BATCH_BYTES_PER_CONN: u64 = 1 << 20;
 
 /// Accept backlog of the listener.
 const LISTEN_BACKLOG: u32 = 1024;
@@ -285,6 +291,239 @@ impl TcpTransport {
     }
 }
 
+/// One read of a batch, checked, with its destination bytes.
+struct Item<'a> {
+    /// Position in the caller's batch.
+    idx: usize,
+    src: &'a Descriptor,
+    dst: &'a mut [u8],
+}
+
+impl TcpTransport {
+    /// Checks a read and returns the destination bytes it will fill.
+    // A `Region` stands for memory registered for transfers into it: its
+    // registration contract (not `&mut`) makes this read the range's only
+    // user while it is in flight, as for `read` itself.
+    #[allow(clippy::mut_from_ref)]
+    fn destination<'a>(
+        &self,
+        src: &Descriptor,
+        dst: &'a Region,
+        dst_offset: u64,
+    ) -> Result<&'a mut [u8], TransferError> {
+        if src.transport != TransportKind::Tcp {
+            return Err(TransferError::BadDescriptor("not a tcp descriptor"));
+        }
+        if src.len > READ_LEN_MAX {
+            return Err(TransferError::TooLarge {
+                len: src.len,
+                max: READ_LEN_MAX,
+            });
+        }
+        if dst.lkey().is_some() {
+            // A NIC registration may name memory the CPU cannot address
+            // (GPU memory); only the transport that made it may use it.
+            return Err(TransferError::BadDescriptor(
+                "destination was registered with the verbs transport",
+            ));
+        }
+        let start = dst.slice_ptr(dst_offset, src.len)?;
+        // SAFETY: `dst` outlives the returned slice ('a), so by the
+        // registration contract its memory is valid for writes and no one
+        // else touches this range while the transfer is in flight;
+        // `slice_ptr` checked the range lies inside the region, and
+        // `src.len <= READ_LEN_MAX` fits in usize on the 64-bit targets
+        // strata supports.
+        Ok(unsafe { std::slice::from_raw_parts_mut(start, src.len as usize) })
+    }
+
+    async fn read_batch<'a>(&'a self, ops: &'a [ReadOp<'a>]) -> Vec<Result<(), TransferError>> {
+        let mut results: Vec<Result<(), TransferError>> = ops.iter().map(|_| Ok(())).collect();
+        // Per peer, in the caller's order (a batch names few peers).
+        let mut groups: Vec<(&str, Vec<Item<'a>>)> = Vec::new();
+        for (idx, op) in ops.iter().enumerate() {
+            match self.destination(op.src, op.dst, op.dst_offset) {
+                Ok(dst) => {
+                    let item = Item {
+                        idx,
+                        src: op.src,
+                        dst,
+                    };
+                    match groups.iter_mut().find(|(e, _)| *e == op.src.endpoint) {
+                        Some((_, items)) => items.push(item),
+                        None => groups.push((&op.src.endpoint, vec![item])),
+                    }
+                }
+                Err(e) => results[idx] = Err(e),
+            }
+        }
+        let batches = groups
+            .into_iter()
+            .flat_map(|(_, items)| split(items, self.config.conns_per_peer));
+        // Unconstrained: the runs share this task, and join_all polls them in
+        // order, so under tokio's cooperative budget the first run (always
+        // ready on a fast link) used up every poll and the others waited
+        // for it to finish: one connection at a time. Each run still yields
+        // whenever its socket has nothing to read.
+        let done = tokio::task::unconstrained(futures::future::join_all(batches.map(
+            |batch| async move {
+                let idx: Vec<usize> = batch.iter().map(|it| it.idx).collect();
+                // Dropping the future on timeout drops the connection with it.
+                let out = match timeout(self.config.read_timeout, self.pull_batch(batch)).await {
+                    Ok(out) => out,
+                    Err(_) => idx.iter().map(|_| Err(TransferError::Timeout)).collect(),
+                };
+                (idx, out)
+            },
+        )))
+        .await;
+        for (idx, out) in done {
+            for (i, r) in idx.into_iter().zip(out) {
+                results[i] = r;
+            }
+        }
+        results
+    }
+
+    /// The reads of `batch` (one peer) on one pooled or fresh connection,
+    /// all requests written at once. A pooled connection that fails before
+    /// the first response byte is replaced and the batch sent again (as
+    /// [`TcpTransport::pull`] does for one read).
+    async fn pull_batch(&self, mut batch: Vec<Item<'_>>) -> Vec<Result<(), TransferError>> {
+        let fail_all = |n: usize, e: &TransferError| (0..n).map(|_| Err(e.duplicate())).collect();
+        let endpoint = batch[0].src.endpoint.clone();
+        let peer = match self.peer(&endpoint) {
+            Ok(p) => p,
+            Err(e) => return fail_all(batch.len(), &e),
+        };
+        let Ok(_slot) = peer.slots.acquire().await else {
+            return fail_all(batch.len(), &TransferError::Busy("peer pool closed"));
+        };
+        let pooled = peer.idle.lock().pop();
+        let (mut conn, reused) = match pooled {
+            Some(conn) => (conn, true),
+            None => match self.connect(&endpoint).await {
+                Ok(c) => (c, false),
+                Err(e) => return fail_all(batch.len(), &e),
+            },
+        };
+        let (mut results, mut broken) = self.exchange_batch(&mut conn, &mut batch).await;
+        if reused && results.is_empty() && matches!(broken, Some(Broken::BeforeResponse(_))) {
+            match self.connect(&endpoint).await {
+                Ok(fresh) => {
+                    conn = fresh;
+                    (results, broken) = self.exchange_batch(&mut conn, &mut batch).await;
+                }
+                Err(e) => return fail_all(batch.len(), &e),
+            }
+        }
+        match broken {
+            None => peer.idle.lock().push(conn),
+            Some(Broken::BeforeResponse(e) | Broken::MidResponse(e)) => {
+                // The read that broke the connection and every later one.
+                results.extend(fail_all(batch.len() - results.len(), &e));
+            }
+        }
+        results
+    }
+
+    /// Writes every request of `batch`, then reads the responses in order.
+    /// Returns the results of the reads answered before the connection
+    /// broke (all of them when it did not), and why it broke.
+    async fn exchange_batch(
+        &self,
+        conn: &mut TcpStream,
+        batch: &mut [Item<'_>],
+    ) -> (Vec<Result<(), TransferError>>, Option<Broken>) {
+        let first = self
+            .next_id
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let mut frames = Vec::with_capacity(batch.len() * REQUEST_LEN);
+        for (k, item) in batch.iter().enumerate() {
+            let request = Request {
+                id: first + k as u64,
+                addr: item.src.addr,
+                len: item.src.len,
+                rkey: item.src.rkey,
+                epoch: item.src.epoch,
+            };
+            frames.extend_from_slice(&request.encode());
+        }
+        if let Err(e) = conn.write_all(&frames).await {
+            return (Vec::new(), Some(Broken::BeforeResponse(e.into())));
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        for (k, item) in batch.iter_mut().enumerate() {
+            let mut head = [0u8; RESPONSE_LEN];
+            if let Err(e) = conn.read_exact(&mut head).await {
+                let broken = if k == 0 {
+                    Broken::BeforeResponse(e.into())
+                } else {
+                    Broken::MidResponse(e.into())
+                };
+                return (results, Some(broken));
+            }
+            let response = match Response::decode(&head) {
+                Ok(r) => r,
+                Err(e) => return (results, Some(Broken::MidResponse(e))),
+            };
+            let id = first + k as u64;
+            let rejected = response.status == Status::BadRequest;
+            if response.id != id && !(rejected && response.id == 0) {
+                let e = TransferError::Protocol("response id does not match the request");
+                return (results, Some(Broken::MidResponse(e)));
+            }
+            if let Some(refused) = response.status.to_error(item.src.len, READ_LEN_MAX) {
+                // The owner closes the connection after BAD_REQUEST.
+                if rejected {
+                    return (results, Some(Broken::MidResponse(refused)));
+                }
+                results.push(Err(refused));
+                continue;
+            }
+            if response.len != item.src.len {
+                let e = TransferError::LengthMismatch {
+                    want: item.src.len,
+                    got: response.len,
+                };
+                return (results, Some(Broken::MidResponse(e)));
+            }
+            if let Err(e) = conn.read_exact(item.dst).await {
+                return (results, Some(Broken::MidResponse(e.into())));
+            }
+            results.push(Ok(()));
+        }
+        (results, None)
+    }
+}
+
+/// Splits one peer's reads into at most `conns` runs, in order, of about
+/// equal bytes, none under [`BATCH_BYTES_PER_CONN`] (so small reads stay
+/// on one connection).
+fn split(items: Vec<Item<'_>>, conns: usize) -> Vec<Vec<Item<'_>>> {
+    let total: u64 = items.iter().map(|it| it.src.len).sum();
+    let runs = total
+        .div_ceil(BATCH_BYTES_PER_CONN)
+        .clamp(1, conns.max(1) as u64)
+        .min(items.len() as u64);
+    let share = total.div_ceil(runs);
+    let mut out: Vec<Vec<Item<'_>>> = Vec::with_capacity(runs as usize);
+    let mut current = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        bytes += item.src.len;
+        current.push(item);
+        if bytes >= share && (out.len() as u64) + 1 < runs {
+            out.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
 /// A failure that leaves the connection unusable.
 enum Broken {
     /// Nothing of the response was received; safe to retry elsewhere.
@@ -319,34 +558,15 @@ impl Transport for TcpTransport {
         dst: &Region,
         dst_offset: u64,
     ) -> Result<(), TransferError> {
-        if src.transport != TransportKind::Tcp {
-            return Err(TransferError::BadDescriptor("not a tcp descriptor"));
-        }
-        if src.len > READ_LEN_MAX {
-            return Err(TransferError::TooLarge {
-                len: src.len,
-                max: READ_LEN_MAX,
-            });
-        }
-        if dst.lkey().is_some() {
-            // A NIC registration may name memory the CPU cannot address
-            // (GPU memory); only the transport that made it may use it.
-            return Err(TransferError::BadDescriptor(
-                "destination was registered with the verbs transport",
-            ));
-        }
-        let start = dst.slice_ptr(dst_offset, src.len)?;
-        // SAFETY: `dst` is live for this call (we hold a reference), so by
-        // the registration contract its memory is valid for writes and no
-        // one else touches this range while the transfer is in flight;
-        // `slice_ptr` checked the range lies inside the region, and
-        // `src.len <= READ_LEN_MAX` fits in usize on the 64-bit targets
-        // strata supports.
-        let dst = unsafe { std::slice::from_raw_parts_mut(start, src.len as usize) };
+        let dst = self.destination(src, dst, dst_offset)?;
         // Dropping the future on timeout drops the connection with it.
         timeout(self.config.read_timeout, self.pull(src, dst))
             .await
             .map_err(|_| TransferError::Timeout)?
+    }
+
+    async fn read_many<'a>(&'a self, ops: &'a [ReadOp<'a>]) -> Vec<Result<(), TransferError>> {
+        self.read_batch(ops).await
     }
 }
 

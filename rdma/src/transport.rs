@@ -5,6 +5,14 @@ use std::sync::Arc;
 
 use crate::{Descriptor, ReadGuard, Region, TransferError, TransportKind};
 
+/// One read of a batch: `src` into `dst` at `dst_offset`.
+#[derive(Clone, Copy)]
+pub struct ReadOp<'a> {
+    pub src: &'a Descriptor,
+    pub dst: &'a Region,
+    pub dst_offset: u64,
+}
+
 /// A one-sided transfer engine.
 ///
 /// `read` returns `impl Future + Send` (return-position `impl Trait` in
@@ -48,6 +56,21 @@ pub trait Transport: Send + Sync + 'static {
         dst: &Region,
         dst_offset: u64,
     ) -> impl Future<Output = Result<(), TransferError>> + Send;
+
+    /// Runs every read of `ops`; one result per read, in order, each as
+    /// [`Transport::read`] would give it. The TCP transport sends all the
+    /// reads for one peer at once on each connection it uses (one round
+    /// trip for the batch, not one per read); this default runs them
+    /// concurrently.
+    fn read_many<'a>(
+        &'a self,
+        ops: &'a [ReadOp<'a>],
+    ) -> impl Future<Output = Vec<Result<(), TransferError>>> + Send + 'a {
+        futures::future::join_all(
+            ops.iter()
+                .map(|op| self.read(op.src, op.dst, op.dst_offset)),
+        )
+    }
 
     /// Descriptor a peer can use to read `[offset, offset + len)` of
     /// `region` from this process.
@@ -99,5 +122,12 @@ impl<T: Transport> Transport for Arc<T> {
         dst_offset: u64,
     ) -> impl Future<Output = Result<(), TransferError>> + Send {
         (**self).read(src, dst, dst_offset)
+    }
+
+    fn read_many<'a>(
+        &'a self,
+        ops: &'a [ReadOp<'a>],
+    ) -> impl Future<Output = Vec<Result<(), TransferError>>> + Send + 'a {
+        (**self).read_many(ops)
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use strata_rdma::faulty::FaultyTransport;
 use strata_rdma::tcp::{TcpConfig, TcpTransport, CONNS_PER_PEER_MAX, READ_LEN_MAX};
 use strata_rdma::{
-    Descriptor, ReadGuard, Refusal, Region, TransferError, Transport, TransportKind,
+    Descriptor, ReadGuard, ReadOp, Refusal, Region, TransferError, Transport, TransportKind,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -716,4 +716,161 @@ async fn throughput_report() {
             assert!(dst.buf[..size] == src.buf[..]);
         }
     }
+}
+
+/// A batch of small reads to one peer goes out at once on one connection
+/// (one round trip, not one per read): byte-exact, in place, and a read
+/// the owner refuses mid-batch fails alone while the rest arrive and the
+/// connection stays in the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_of_small_reads_is_pipelined_on_one_connection() {
+    let (owner, reader) = (transport().await, transport().await);
+    const N: usize = 64;
+    const LEN: usize = 16 << 10;
+    let src = Mem::new(&owner, pattern(N * LEN, 31), None);
+    let dst = Mem::zeroed(&reader, N * LEN + 1);
+    let mut descs: Vec<Descriptor> = (0..N)
+        .map(|i| {
+            owner
+                .describe(&src.region, (i * LEN) as u64, LEN as u64, None)
+                .expect("describe")
+        })
+        .collect();
+    // Read 7 names a region the owner does not have.
+    descs[7].rkey ^= 0xdead;
+    // Into the destination in reverse order, one byte in.
+    let ops: Vec<ReadOp<'_>> = descs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ReadOp {
+            src: d,
+            dst: &dst.region,
+            dst_offset: (1 + (N - 1 - i) * LEN) as u64,
+        })
+        .collect();
+    let results = bounded(reader.read_many(&ops)).await;
+    assert_eq!(results.len(), N);
+    for (i, r) in results.iter().enumerate() {
+        let at = 1 + (N - 1 - i) * LEN;
+        if i == 7 {
+            assert!(
+                matches!(r, Err(TransferError::BadDescriptor(_))),
+                "read 7: {r:?}"
+            );
+            assert!(
+                dst.buf[at..at + LEN].iter().all(|&b| b == 0),
+                "read 7 wrote"
+            );
+            continue;
+        }
+        r.as_ref().unwrap_or_else(|e| panic!("read {i}: {e}"));
+        assert!(
+            dst.buf[at..at + LEN] == src.buf[i * LEN..(i + 1) * LEN],
+            "read {i}: wrong bytes"
+        );
+    }
+    assert_eq!(dst.buf[0], 0, "nothing before the first destination");
+    let stats = reader.stats();
+    assert_eq!(
+        stats.connections_opened.load(Ordering::Relaxed),
+        1,
+        "1 MiB of small reads: one pipelined connection"
+    );
+    // The connection went back to the pool: a second batch reuses it.
+    let again = bounded(reader.read_many(&ops[..4])).await;
+    assert!(again.iter().all(Result::is_ok), "{again:?}");
+    assert_eq!(stats.connections_opened.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        owner.stats().reads_served.load(Ordering::Relaxed),
+        (N - 1 + 4) as u64
+    );
+}
+
+/// Large reads are spread over several connections (one stream cannot
+/// fill a fast link); reads to two peers in one batch each reach theirs;
+/// a bad destination fails locally without sending anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_spreads_large_reads_and_reaches_every_peer() {
+    let (a, b, reader) = (transport().await, transport().await, transport().await);
+    const LEN: usize = 4 << 20;
+    let src_a = Mem::new(&a, pattern(4 * LEN, 41), None);
+    let src_b = Mem::new(&b, pattern(LEN, 42), None);
+    let dst = Mem::zeroed(&reader, 5 * LEN);
+    let mut descs: Vec<Descriptor> = (0..4)
+        .map(|i| a.describe(&src_a.region, (i * LEN) as u64, LEN as u64, None))
+        .chain([b.describe(&src_b.region, 0, LEN as u64, None)])
+        .collect::<Result<_, _>>()
+        .expect("describe");
+    descs.push(descs[0].clone());
+    let mut ops: Vec<ReadOp<'_>> = descs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ReadOp {
+            src: d,
+            dst: &dst.region,
+            dst_offset: (i * LEN) as u64,
+        })
+        .collect();
+    // The last one would overrun the destination.
+    ops[5].dst_offset = (5 * LEN - 1) as u64;
+    let results = bounded(reader.read_many(&ops)).await;
+    for (i, r) in results[..5].iter().enumerate() {
+        r.as_ref().unwrap_or_else(|e| panic!("read {i}: {e}"));
+    }
+    assert!(
+        matches!(results[5], Err(TransferError::BadDescriptor(_))),
+        "{:?}",
+        results[5]
+    );
+    assert!(dst.buf[..4 * LEN] == src_a.buf[..], "peer a's bytes");
+    assert!(dst.buf[4 * LEN..] == src_b.buf[..], "peer b's bytes");
+    let opened = reader.stats().connections_opened.load(Ordering::Relaxed);
+    assert!(
+        (3..=1 + CONNS_PER_PEER_MAX as u64).contains(&opened),
+        "16 MiB to one peer over several connections, 4 MiB to the other over one: {opened}"
+    );
+}
+
+/// An owner that dies partway through a batch: the reads it answered
+/// stand, the rest fail, nothing hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_cut_partway_fails_the_rest() {
+    // Answers the first request of each connection, then closes.
+    let (endpoint, _task) = fake_owner_once().await;
+    let reader = transport().await;
+    let dst = Mem::zeroed(&reader, 3 * 100);
+    let descs: Vec<Descriptor> = (0..3).map(|_| remote(&endpoint, 100)).collect();
+    let ops: Vec<ReadOp<'_>> = descs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ReadOp {
+            src: d,
+            dst: &dst.region,
+            dst_offset: (i * 100) as u64,
+        })
+        .collect();
+    let results = bounded(reader.read_many(&ops)).await;
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(dst.buf[..100].iter().all(|&b| b == 0xab));
+    for r in &results[1..] {
+        assert!(matches!(r, Err(TransferError::PeerClosed)), "{r:?}");
+    }
+}
+
+async fn fake_owner_once() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind(LOCALHOST).await.expect("bind");
+    let endpoint = listener.local_addr().expect("addr").to_string();
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut req = [0u8; 48];
+            if s.read_exact(&mut req).await.is_ok() {
+                let len = requested_len(&req);
+                let mut reply = response(&req, 0, len);
+                reply.extend(std::iter::repeat_n(0xab, len as usize));
+                let _ = s.write_all(&reply).await;
+            }
+            // Dropped: the connection closes with the rest unanswered.
+        }
+    });
+    (endpoint, task)
 }

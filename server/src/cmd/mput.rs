@@ -1,13 +1,17 @@
 //! `MPUT key desc [key desc ...]`: several PUTs in one round trip. Each
 //! pair succeeds or fails on its own (one `+OK` or error per pair, in
-//! order); their transfers run concurrently.
+//! order). The node pulls every payload in one batch of reads
+//! ([`Transport::read_many`]): over TCP all the reads for one client go
+//! out at once on each connection, so the batch costs one data-plane round
+//! trip whatever its size.
 
 use bytes::Bytes;
 use strata_proto::{CommandError, Reply};
+use strata_rdma::{ReadOp, Transport};
 use strata_tiering::{Condition, Expiry};
 
-use super::put::{prepare, pull};
-use super::{own_key, Ctx, Out};
+use super::put::prepare;
+use super::{own_key, transfer_error, Ctx, Out};
 use crate::cluster::replicate;
 use crate::node::now_ms;
 
@@ -26,49 +30,74 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.wait_for_room() {
         return out;
     }
-    let mut tasks = Vec::with_capacity(pairs.len() / 2);
-    for kv in pairs.chunks_exact(2) {
-        let prepared = prepare(ctx.node, &kv[1]);
-        let node = ctx.node.clone();
-        let key = own_key(&kv[0]);
-        let internal = ctx.internal;
-        let copies = node.cfg.replica_num as usize;
-        let targets = if internal {
-            Vec::new()
-        } else {
-            replicate::targets(&node, &key, copies)
-        };
-        tasks.push(tokio::spawn(async move {
-            let (desc, res) = prepared?;
-            pull(&node, &desc, &res).await?;
-            node.store.commit(
-                key.clone(),
-                res,
-                Condition::Always,
-                Expiry::Persist,
-                now_ms(),
-            );
-            if let Some(value) = node
-                .store
-                .peek(&key, now_ms())
-                .map_err(super::store_error)?
-            {
-                if !internal {
-                    replicate::push_write(&node, key, value, None, targets, copies).await;
-                }
+    let node = ctx.node.clone();
+    let internal = ctx.internal;
+    let copies = node.cfg.replica_num as usize;
+    // One reply per pair; a pair whose descriptor or reservation failed
+    // has its reply now, the others after their transfer.
+    let mut replies: Vec<Option<Reply>> = Vec::with_capacity(pairs.len() / 2);
+    let mut pulls = Vec::with_capacity(pairs.len() / 2);
+    for (i, kv) in pairs.chunks_exact(2).enumerate() {
+        match prepare(&node, &kv[1]) {
+            Ok((desc, res)) => {
+                let key = own_key(&kv[0]);
+                let targets = if internal {
+                    Vec::new()
+                } else {
+                    replicate::targets(&node, &key, copies)
+                };
+                pulls.push((i, key, desc, res, targets));
+                replies.push(None);
             }
-            Ok::<(), CommandError>(())
-        }));
+            Err(e) => replies.push(Some(e.into())),
+        }
     }
     Out::Later(Box::pin(async move {
-        let mut replies = Vec::with_capacity(tasks.len());
-        for t in tasks {
-            replies.push(match t.await {
-                Ok(Ok(())) => Reply::Ok,
-                Ok(Err(e)) => e.into(),
-                Err(e) => CommandError::err(format!("io: transfer task failed: {e}")).into(),
-            });
+        let ops: Vec<ReadOp<'_>> = pulls
+            .iter()
+            .filter(|p| p.2.len > 0)
+            .map(|(_, _, desc, res, _)| ReadOp {
+                src: desc,
+                dst: &node.arena_region,
+                dst_offset: node.arena_offset(res.addr()),
+            })
+            .collect();
+        let mut read = node.transport.read_many(&ops).await.into_iter();
+        drop(ops);
+        let mut writes = Vec::with_capacity(pulls.len());
+        for (i, key, desc, res, targets) in pulls {
+            // Zero-length values need no read.
+            let pulled = if desc.len > 0 {
+                read.next().expect("one result per read")
+            } else {
+                Ok(())
+            };
+            if let Err(e) = pulled {
+                replies[i] = Some(transfer_error(e).into());
+                continue;
+            }
+            let now = now_ms();
+            node.store
+                .commit(key.clone(), res, Condition::Always, Expiry::Persist, now);
+            match node.store.peek(&key, now) {
+                Ok(Some(value)) if !internal => writes.push(replicate::push_write(
+                    &node, key, value, None, targets, copies,
+                )),
+                Ok(_) => {}
+                Err(e) => {
+                    replies[i] = Some(super::store_error(e).into());
+                    continue;
+                }
+            }
+            replies[i] = Some(Reply::Ok);
         }
-        Reply::Array(replies)
+        // Every pair's copies go to the replicas concurrently.
+        futures::future::join_all(writes).await;
+        Reply::Array(
+            replies
+                .into_iter()
+                .map(|r| r.expect("a reply for every pair"))
+                .collect(),
+        )
     }))
 }
