@@ -113,9 +113,6 @@ mod tests {
         let hashes: Vec<u64> = b.scan_from(0).map(|(h, _)| h).collect();
         assert!(hashes.windows(2).all(|w| w[0] <= w[1]), "scan order");
         b.clear();
-        assert_eq!(
-            (b.len(), b.only_below(), b.scan_from(0).count()),
-            (0, 0, 0)
-        );
+        assert_eq!((b.len(), b.only_below(), b.scan_from(0).count()), (0, 0, 0));
     }
 }
