@@ -164,6 +164,12 @@ struct Args {
     /// Runtime worker threads (default: all cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// Values per operation: each put and get moves this many keys in one
+    /// batch call (zero-copy: `put_many`/`get_many`, MPUT and pipelined
+    /// GETs; inline: pipelined SETs/GETs). Latency is per batch;
+    /// throughput counts values.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
 }
 
 /// Everything a phase needs, shared by its tasks.
@@ -178,6 +184,7 @@ struct Plan {
     picker: Picker,
     verify: bool,
     concurrency: usize,
+    batch: usize,
     deadline: Option<Instant>,
     ops_max: Option<u64>,
     /// Get and put weights for a mixed phase; `None` in a pure phase.
@@ -226,8 +233,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     if api == Api::Zerocopy && args.target == Target::Redis {
         bail!("--api zerocopy needs --target strata");
     }
-    if args.keys == 0 || args.concurrency == 0 {
-        bail!("--keys and --concurrency must be positive");
+    if args.keys == 0 || args.concurrency == 0 || args.batch == 0 {
+        bail!("--keys, --concurrency and --batch must be positive");
+    }
+    if args.batch > args.keys {
+        bail!("--batch {} is more than --keys {}", args.batch, args.keys);
     }
     if let Some(&small) = args.sizes.iter().find(|&&s| s < HEADER_BYTES) {
         bail!("size {small} is below the {HEADER_BYTES}-byte minimum that verification needs");
@@ -243,10 +253,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         Target::Strata => "strata".into(),
         Target::Redis => "redis".into(),
     });
-    let scenario = args
-        .scenario
-        .clone()
-        .unwrap_or_else(|| format!("c{}", args.concurrency));
+    let scenario = args.scenario.clone().unwrap_or_else(|| match args.batch {
+        1 => format!("c{}", args.concurrency),
+        b => format!("c{}-b{b}", args.concurrency),
+    });
     let api_name = match api {
         Api::Zerocopy => "zerocopy",
         Api::Inline => "inline",
@@ -359,6 +369,7 @@ fn new_plan(
         picker: Picker::new(&args.dist, args.keys),
         verify: args.verify,
         concurrency: args.concurrency,
+        batch: args.batch,
         deadline: None,
         ops_max,
         mix,
@@ -385,6 +396,7 @@ impl Plan {
             picker: Picker::new(&args.dist, args.keys),
             verify: self.verify,
             concurrency: self.concurrency,
+            batch: self.batch,
             deadline: args
                 .duration
                 .map(|s| Instant::now() + Duration::from_secs_f64(s)),
@@ -507,11 +519,11 @@ impl Tally {
 /// One task's client and buffers.
 struct Worker {
     client: Client,
-    /// Zero-copy only: the registered buffers puts read from and gets
-    /// write into.
-    bufs: Option<(Buffer, Buffer)>,
-    /// Inline puts: the value to send.
-    scratch: Vec<u8>,
+    /// Zero-copy only: per value of a batch, the registered buffers puts
+    /// read from and gets write into.
+    bufs: Vec<(Buffer, Buffer)>,
+    /// Inline puts: per value of a batch, the value to send.
+    scratch: Vec<Vec<u8>>,
 }
 
 impl Worker {
@@ -521,10 +533,12 @@ impl Worker {
             .with_context(|| format!("connect to {}", plan.client.seeds.join(",")))?;
         let (bufs, scratch) = match plan.api {
             Api::Zerocopy => (
-                Some((client.alloc(plan.size)?, client.alloc(plan.size)?)),
+                (0..plan.batch)
+                    .map(|_| Ok((client.alloc(plan.size)?, client.alloc(plan.size)?)))
+                    .collect::<Result<Vec<_>, Error>>()?,
                 Vec::new(),
             ),
-            Api::Inline => (None, vec![0u8; plan.size]),
+            Api::Inline => (Vec::new(), vec![vec![0u8; plan.size]; plan.batch]),
         };
         Ok(Self {
             client,
@@ -536,9 +550,10 @@ impl Worker {
     async fn run(mut self, plan: &Plan, phase: Option<Op>, task: u64) -> Tally {
         let mut tally = Tally::new();
         let mut rng = Rng::new(task + 1);
-        // A put phase writes every key once first, each task its share.
+        // A put phase writes every key once first, each task its share
+        // (in batches of consecutive keys).
         let min_ops = if phase == Some(Op::Put) {
-            plan.keys.len() as u64
+            plan.keys.len().div_ceil(plan.batch) as u64
         } else {
             0
         };
@@ -554,18 +569,26 @@ impl Worker {
                 }
                 (None, None) => Op::Get,
             };
-            let k = if op == Op::Put && n < min_ops {
-                n as usize
+            let ks: Vec<usize> = if op == Op::Put && n < min_ops {
+                let first = n as usize * plan.batch;
+                (first..(first + plan.batch).min(plan.keys.len())).collect()
             } else {
-                plan.picker.pick(&mut rng)
+                (0..plan.batch)
+                    .map(|_| plan.picker.pick(&mut rng))
+                    .collect()
             };
-            let outcome = match op {
-                Op::Put => self.put(plan, k).await,
-                Op::Get => self.get(plan, k).await,
+            let k = ks[0];
+            let values = ks.len() as u64;
+            let outcome = match (op, plan.batch) {
+                (Op::Put, 1) => self.put(plan, k).await,
+                (Op::Get, 1) => self.get(plan, k).await,
+                (Op::Put, _) => self.put_batch(plan, &ks).await,
+                (Op::Get, _) => self.get_batch(plan, &ks).await,
             };
             match outcome {
                 Ok(Some(us)) => {
-                    let _ = tally.hist[op as usize].record(us.max(1));
+                    // One latency per batch, counted once per value.
+                    let _ = tally.hist[op as usize].record_n(us.max(1), values);
                 }
                 Ok(None) => {
                     tally.mismatches += 1;
@@ -583,16 +606,96 @@ impl Worker {
                     }
                 }
             }
-            plan.done.fetch_add(1, Ordering::Relaxed);
+            plan.done.fetch_add(values, Ordering::Relaxed);
         }
         tally
+    }
+
+    /// Writes the next version of every key in `ks` in one batch call.
+    async fn put_batch(&mut self, plan: &Plan, ks: &[usize]) -> Result<Option<u64>, Error> {
+        let versions: Vec<u64> = ks
+            .iter()
+            .map(|&k| plan.versions[k].fetch_add(1, Ordering::Relaxed) + 1)
+            .collect();
+        let t0;
+        let results = if self.bufs.is_empty() {
+            for ((&k, v), buf) in ks.iter().zip(&versions).zip(&mut self.scratch) {
+                fill(buf, plan.hashes[k], *v);
+            }
+            let items: Vec<(&[u8], &[u8])> = ks
+                .iter()
+                .zip(&self.scratch)
+                .map(|(&k, buf)| (plan.keys[k].as_slice(), buf.as_slice()))
+                .collect();
+            t0 = Instant::now();
+            self.client.set_many(&items).await
+        } else {
+            for ((&k, v), (src, _)) in ks.iter().zip(&versions).zip(&mut self.bufs) {
+                fill(src.as_mut_slice(), plan.hashes[k], *v);
+            }
+            let items: Vec<(&[u8], &Buffer, std::ops::Range<usize>)> = ks
+                .iter()
+                .zip(&self.bufs)
+                .map(|(&k, (src, _))| (plan.keys[k].as_slice(), src, 0..plan.size))
+                .collect();
+            t0 = Instant::now();
+            self.client.put_many(&items).await
+        };
+        let us = t0.elapsed().as_micros() as u64;
+        results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+        Ok(Some(us))
+    }
+
+    /// Reads every key in `ks` in one batch call; `Ok(None)` if a value
+    /// read back is wrong.
+    async fn get_batch(&mut self, plan: &Plan, ks: &[usize]) -> Result<Option<u64>, Error> {
+        let t0 = Instant::now();
+        let (us, values): (u64, Vec<Vec<u8>>) = if self.bufs.is_empty() {
+            let keys: Vec<&[u8]> = ks.iter().map(|&k| plan.keys[k].as_slice()).collect();
+            let got = self.client.get_many_inline(&keys).await;
+            let us = t0.elapsed().as_micros() as u64;
+            let values = got
+                .into_iter()
+                .map(|r| r?.map(|b| b.to_vec()).ok_or(Error::NotFound))
+                .collect::<Result<Vec<_>, Error>>()?;
+            (us, if plan.verify { values } else { Vec::new() })
+        } else {
+            let mut items: Vec<(&[u8], &mut Buffer, usize)> = ks
+                .iter()
+                .zip(self.bufs.iter_mut())
+                .map(|(&k, (_, dst))| (plan.keys[k].as_slice(), dst, 0))
+                .collect();
+            let got = self.client.get_many(&mut items).await;
+            let us = t0.elapsed().as_micros() as u64;
+            drop(items);
+            let lens = got.into_iter().collect::<Result<Vec<usize>, Error>>()?;
+            let values = if plan.verify {
+                lens.iter()
+                    .zip(&self.bufs)
+                    .map(|(&n, (_, dst))| dst.as_slice()[..n].to_vec())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (us, values)
+        };
+        for (&k, v) in ks.iter().zip(&values) {
+            if let Err(m) = check(v, plan.hashes[k], plan.size) {
+                eprintln!(
+                    "strata-bench: MISMATCH on {}: {m}",
+                    String::from_utf8_lossy(&plan.keys[k])
+                );
+                return Ok(None);
+            }
+        }
+        Ok(Some(us))
     }
 
     /// Writes the next version of key `k`; returns the latency in µs.
     async fn put(&mut self, plan: &Plan, k: usize) -> Result<Option<u64>, Error> {
         let version = plan.versions[k].fetch_add(1, Ordering::Relaxed) + 1;
         let key = &plan.keys[k];
-        let us = match &mut self.bufs {
+        let us = match self.bufs.first_mut() {
             Some((src, _)) => {
                 fill(src.as_mut_slice(), plan.hashes[k], version);
                 let t0 = Instant::now();
@@ -600,9 +703,9 @@ impl Worker {
                 t0.elapsed()
             }
             None => {
-                fill(&mut self.scratch, plan.hashes[k], version);
+                fill(&mut self.scratch[0], plan.hashes[k], version);
                 let t0 = Instant::now();
-                self.client.set(key, &self.scratch).await?;
+                self.client.set(key, &self.scratch[0]).await?;
                 t0.elapsed()
             }
         };
@@ -613,7 +716,7 @@ impl Worker {
     async fn get(&mut self, plan: &Plan, k: usize) -> Result<Option<u64>, Error> {
         let key = &plan.keys[k];
         let t0 = Instant::now();
-        let (us, verdict) = match &mut self.bufs {
+        let (us, verdict) = match self.bufs.first_mut() {
             Some((_, dst)) => {
                 let n = self.client.get_into(key, dst, 0).await?;
                 let us = t0.elapsed();

@@ -526,6 +526,72 @@ impl Client {
         )
     }
 
+    /// Inline `SET`s of every `(key, value)`, pipelined: one write and one
+    /// round trip per node owning some of them (the nodes concurrently).
+    /// One result per item, in order; at most [`BATCH_MAX`] at a time.
+    pub async fn set_many<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: &[(K, V)],
+    ) -> Vec<Result<()>> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(BATCH_MAX) {
+            out.extend(self.set_chunk(chunk).await);
+        }
+        out
+    }
+
+    async fn set_chunk<K: AsRef<[u8]>, V: AsRef<[u8]>>(&self, items: &[(K, V)]) -> Vec<Result<()>> {
+        let slots: Vec<u16> = items.iter().map(|(k, _)| key_slot(k.as_ref())).collect();
+        self.router
+            .routed_batch(&slots, Access::Write, Idempotent::Yes, |node, idx| {
+                let commands: Vec<[&[u8]; 3]> = idx
+                    .iter()
+                    .map(|&i| [b"SET" as &[u8], items[i].0.as_ref(), items[i].1.as_ref()])
+                    .collect();
+                async move {
+                    let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
+                    let replies = node.exchange(&commands, Idempotent::Yes).await?;
+                    Ok(replies
+                        .into_iter()
+                        .map(|r| match expect_ok(r?)? {
+                            true => Ok(()),
+                            false => Err(Error::Protocol("nil reply to SET without NX".into())),
+                        })
+                        .collect())
+                }
+            })
+            .await
+    }
+
+    /// Inline `GET`s of every key, pipelined like [`Client::set_many`].
+    pub async fn get_many_inline<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Bytes>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_MAX) {
+            out.extend(self.get_inline_chunk(chunk).await);
+        }
+        out
+    }
+
+    async fn get_inline_chunk<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Bytes>>> {
+        let slots: Vec<u16> = keys.iter().map(|k| key_slot(k.as_ref())).collect();
+        self.router
+            .routed_batch(&slots, Access::Read, Idempotent::Yes, |node, idx| {
+                let commands: Vec<[&[u8]; 2]> = idx
+                    .iter()
+                    .map(|&i| [b"GET" as &[u8], keys[i].as_ref()])
+                    .collect();
+                async move {
+                    let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
+                    let replies = node.exchange(&commands, Idempotent::Yes).await?;
+                    Ok(replies
+                        .into_iter()
+                        .map(|r| expect_bulk_or_nil(r?))
+                        .collect())
+                }
+            })
+            .await
+    }
+
     /// `DEL key`: whether it existed. Not retried after a lost connection
     /// (a retry would report `false` for the client's own delete).
     pub async fn del(&self, key: &[u8]) -> Result<bool> {

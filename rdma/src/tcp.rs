@@ -19,7 +19,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::timeout;
 
@@ -121,7 +121,7 @@ impl Drop for TcpTransport {
 /// Pooled connections to one peer endpoint.
 struct Peer {
     /// One permit per connection that may exist to this peer.
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     idle: Mutex<Vec<TcpStream>>,
 }
 
@@ -187,7 +187,7 @@ impl TcpTransport {
             }
         }
         let peer = Arc::new(Peer {
-            slots: Semaphore::new(self.config.conns_per_peer),
+            slots: Arc::new(Semaphore::new(self.config.conns_per_peer)),
             idle: Mutex::new(Vec::with_capacity(self.config.conns_per_peer)),
         });
         peers.insert(endpoint.to_owned(), Arc::clone(&peer));
@@ -337,6 +337,39 @@ impl TcpTransport {
         Ok(unsafe { std::slice::from_raw_parts_mut(start, src.len as usize) })
     }
 
+    /// One large read as `pieces` reads of consecutive sub-ranges, each on
+    /// its own connection: one stream cannot fill a fast link. The owner
+    /// checks each sub-range against the same registration and lease.
+    async fn read_split(
+        &self,
+        src: &Descriptor,
+        dst: &Region,
+        dst_offset: u64,
+        pieces: u64,
+    ) -> Result<(), TransferError> {
+        // Checked whole first, so a bad read fails as one.
+        self.destination(src, dst, dst_offset)?;
+        let share = src.len.div_ceil(pieces);
+        let parts: Vec<Descriptor> = (0..pieces)
+            .map(|i| i * share)
+            .take_while(|&off| off < src.len)
+            .map(|off| Descriptor {
+                addr: src.addr + off,
+                len: share.min(src.len - off),
+                ..src.clone()
+            })
+            .collect();
+        let ops: Vec<ReadOp<'_>> = parts
+            .iter()
+            .map(|part| ReadOp {
+                src: part,
+                dst,
+                dst_offset: dst_offset + (part.addr - src.addr),
+            })
+            .collect();
+        self.read_batch(&ops).await.into_iter().collect()
+    }
+
     async fn read_batch<'a>(&'a self, ops: &'a [ReadOp<'a>]) -> Vec<Result<(), TransferError>> {
         let mut results: Vec<Result<(), TransferError>> = ops.iter().map(|_| Ok(())).collect();
         // Per peer, in the caller's order (a batch names few peers).
@@ -357,91 +390,176 @@ impl TcpTransport {
                 Err(e) => results[idx] = Err(e),
             }
         }
-        let batches = groups
+        let mut runs: Vec<Vec<Item<'a>>> = groups
             .into_iter()
-            .flat_map(|(_, items)| split(items, self.config.conns_per_peer));
-        // Unconstrained: the runs share this task, and join_all polls them in
-        // order, so under tokio's cooperative budget the first run (always
-        // ready on a fast link) used up every poll and the others waited
-        // for it to finish: one connection at a time. Each run still yields
-        // whenever its socket has nothing to read.
-        let done = tokio::task::unconstrained(futures::future::join_all(batches.map(
-            |batch| async move {
-                let idx: Vec<usize> = batch.iter().map(|it| it.idx).collect();
-                // Dropping the future on timeout drops the connection with it.
-                let out = match timeout(self.config.read_timeout, self.pull_batch(batch)).await {
-                    Ok(out) => out,
-                    Err(_) => idx.iter().map(|_| Err(TransferError::Timeout)).collect(),
-                };
-                (idx, out)
-            },
-        )))
+            .flat_map(|(_, items)| split(items, self.config.conns_per_peer))
+            .collect();
+        while !runs.is_empty() {
+            runs = self.send_and_finish(runs, &mut results).await;
+        }
+        results
+    }
+
+    /// Sends every run that gets a connection now, then reads their
+    /// responses; returns the runs that found their peer's pool full (for
+    /// another round, once this one has given its connections back).
+    async fn send_and_finish<'a>(
+        &'a self,
+        runs: Vec<Vec<Item<'a>>>,
+        results: &mut [Result<(), TransferError>],
+    ) -> Vec<Vec<Item<'a>>> {
+        // Every run's requests go out before any response is read: on a
+        // fast link a run whose payload is already in the socket buffer
+        // would otherwise finish (and free its connection for the next
+        // run) before the next run sent anything, one connection at a time.
+        let mut sent: Vec<Run<'a>> = Vec::with_capacity(runs.len());
+        let mut later = Vec::new();
+        for run in runs {
+            let idx: Vec<usize> = run.iter().map(|it| it.idx).collect();
+            // Only a round holding no connection may wait for one: waiting
+            // while holding some could deadlock with another batch.
+            let wait = sent.is_empty();
+            match timeout(self.config.read_timeout, self.send_run(run, wait)).await {
+                Ok(Sending::Sent(run)) => sent.push(run),
+                Ok(Sending::PoolFull(run)) => later.push(run),
+                Ok(Sending::Failed(e)) => {
+                    for i in idx {
+                        results[i] = Err(e.duplicate());
+                    }
+                }
+                Err(_) => {
+                    for i in idx {
+                        results[i] = Err(TransferError::Timeout);
+                    }
+                }
+            }
+        }
+        let done = futures::future::join_all(sent.into_iter().map(|run| async move {
+            let idx: Vec<usize> = run.items.iter().map(|it| it.idx).collect();
+            // Dropping the future on timeout drops the connection with it.
+            let out = match timeout(self.config.read_timeout, self.finish_run(run)).await {
+                Ok(out) => out,
+                Err(_) => idx.iter().map(|_| Err(TransferError::Timeout)).collect(),
+            };
+            (idx, out)
+        }))
         .await;
         for (idx, out) in done {
             for (i, r) in idx.into_iter().zip(out) {
                 results[i] = r;
             }
         }
-        results
+        later
     }
 
-    /// The reads of `batch` (one peer) on one pooled or fresh connection,
-    /// all requests written at once. A pooled connection that fails before
-    /// the first response byte is replaced and the batch sent again (as
-    /// [`TcpTransport::pull`] does for one read).
-    async fn pull_batch(&self, mut batch: Vec<Item<'_>>) -> Vec<Result<(), TransferError>> {
-        let fail_all = |n: usize, e: &TransferError| (0..n).map(|_| Err(e.duplicate())).collect();
-        let endpoint = batch[0].src.endpoint.clone();
+    /// Takes a connection to the run's peer (pooled or fresh; waiting for
+    /// a free slot only with `wait`) and writes all its requests.
+    async fn send_run<'a>(&self, items: Vec<Item<'a>>, wait: bool) -> Sending<'a> {
+        let endpoint = items[0].src.endpoint.clone();
         let peer = match self.peer(&endpoint) {
             Ok(p) => p,
-            Err(e) => return fail_all(batch.len(), &e),
+            Err(e) => return Sending::Failed(e),
         };
-        let Ok(_slot) = peer.slots.acquire().await else {
-            return fail_all(batch.len(), &TransferError::Busy("peer pool closed"));
+        let slots = Arc::clone(&peer.slots);
+        let permit = if wait {
+            slots.acquire_owned().await.ok()
+        } else {
+            match slots.try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(tokio::sync::TryAcquireError::NoPermits) => return Sending::PoolFull(items),
+                Err(tokio::sync::TryAcquireError::Closed) => None,
+            }
+        };
+        let Some(permit) = permit else {
+            return Sending::Failed(TransferError::Busy("peer pool closed"));
         };
         let pooled = peer.idle.lock().pop();
-        let (mut conn, reused) = match pooled {
+        let (conn, reused) = match pooled {
             Some(conn) => (conn, true),
             None => match self.connect(&endpoint).await {
                 Ok(c) => (c, false),
-                Err(e) => return fail_all(batch.len(), &e),
+                Err(e) => return Sending::Failed(e),
             },
         };
-        let (mut results, mut broken) = self.exchange_batch(&mut conn, &mut batch).await;
-        if reused && results.is_empty() && matches!(broken, Some(Broken::BeforeResponse(_))) {
-            match self.connect(&endpoint).await {
+        let mut run = Run {
+            endpoint,
+            peer,
+            _permit: permit,
+            conn,
+            reused,
+            first: 0,
+            items,
+            send_failed: None,
+        };
+        if let Err(e) = run.send(&self.next_id).await {
+            // Retried on a fresh connection in `finish_run` when pooled.
+            run.send_failed = Some(e);
+        }
+        Sending::Sent(run)
+    }
+
+    /// Reads a sent run's responses. A pooled connection that fails before
+    /// the first response byte is replaced and the run sent again (as
+    /// [`TcpTransport::pull`] does for one read).
+    async fn finish_run(&self, mut run: Run<'_>) -> Vec<Result<(), TransferError>> {
+        let fail_all = |n: usize, e: &TransferError| (0..n).map(|_| Err(e.duplicate())).collect();
+        let (mut results, mut broken) = match run.send_failed.take() {
+            Some(e) => (Vec::new(), Some(Broken::BeforeResponse(e))),
+            None => run.receive().await,
+        };
+        if run.reused && results.is_empty() && matches!(broken, Some(Broken::BeforeResponse(_))) {
+            match self.connect(&run.endpoint).await {
                 Ok(fresh) => {
-                    conn = fresh;
-                    (results, broken) = self.exchange_batch(&mut conn, &mut batch).await;
+                    run.conn = fresh;
+                    (results, broken) = match run.send(&self.next_id).await {
+                        Ok(()) => run.receive().await,
+                        Err(e) => (Vec::new(), Some(Broken::BeforeResponse(e))),
+                    };
                 }
-                Err(e) => return fail_all(batch.len(), &e),
+                Err(e) => return fail_all(run.items.len(), &e),
             }
         }
         match broken {
-            None => peer.idle.lock().push(conn),
+            None => run.peer.idle.lock().push(run.conn),
             Some(Broken::BeforeResponse(e) | Broken::MidResponse(e)) => {
                 // The read that broke the connection and every later one.
-                results.extend(fail_all(batch.len() - results.len(), &e));
+                results.extend(fail_all(run.items.len() - results.len(), &e));
             }
         }
         results
     }
+}
 
-    /// Writes every request of `batch`, then reads the responses in order.
-    /// Returns the results of the reads answered before the connection
-    /// broke (all of them when it did not), and why it broke.
-    async fn exchange_batch(
-        &self,
-        conn: &mut TcpStream,
-        batch: &mut [Item<'_>],
-    ) -> (Vec<Result<(), TransferError>>, Option<Broken>) {
-        let first = self
-            .next_id
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let mut frames = Vec::with_capacity(batch.len() * REQUEST_LEN);
-        for (k, item) in batch.iter().enumerate() {
+enum Sending<'a> {
+    Sent(Run<'a>),
+    /// Every connection to the peer is busy: send in a later round.
+    PoolFull(Vec<Item<'a>>),
+    /// Every read of the run failed so.
+    Failed(TransferError),
+}
+
+/// One peer's share of a batch on one connection.
+struct Run<'a> {
+    endpoint: String,
+    peer: Arc<Peer>,
+    /// The connection's slot in the peer's pool, held until the run ends.
+    _permit: OwnedSemaphorePermit,
+    conn: TcpStream,
+    reused: bool,
+    /// Request id of the first item; the others follow in order.
+    first: u64,
+    items: Vec<Item<'a>>,
+    send_failed: Option<TransferError>,
+}
+
+impl Run<'_> {
+    /// Writes every request of the run in one write.
+    async fn send(&mut self, next_id: &AtomicU64) -> Result<(), TransferError> {
+        self.first = next_id.fetch_add(self.items.len() as u64, Ordering::Relaxed);
+        let mut frames = Vec::with_capacity(self.items.len() * REQUEST_LEN);
+        for (k, item) in self.items.iter().enumerate() {
             let request = Request {
-                id: first + k as u64,
+                id: self.first + k as u64,
                 addr: item.src.addr,
                 len: item.src.len,
                 rkey: item.src.rkey,
@@ -449,13 +567,17 @@ impl TcpTransport {
             };
             frames.extend_from_slice(&request.encode());
         }
-        if let Err(e) = conn.write_all(&frames).await {
-            return (Vec::new(), Some(Broken::BeforeResponse(e.into())));
-        }
-        let mut results = Vec::with_capacity(batch.len());
-        for (k, item) in batch.iter_mut().enumerate() {
+        self.conn.write_all(&frames).await.map_err(Into::into)
+    }
+
+    /// Reads the responses in order. Returns the results of the reads
+    /// answered before the connection broke (all of them when it did not),
+    /// and why it broke.
+    async fn receive(&mut self) -> (Vec<Result<(), TransferError>>, Option<Broken>) {
+        let mut results = Vec::with_capacity(self.items.len());
+        for (k, item) in self.items.iter_mut().enumerate() {
             let mut head = [0u8; RESPONSE_LEN];
-            if let Err(e) = conn.read_exact(&mut head).await {
+            if let Err(e) = self.conn.read_exact(&mut head).await {
                 let broken = if k == 0 {
                     Broken::BeforeResponse(e.into())
                 } else {
@@ -467,7 +589,7 @@ impl TcpTransport {
                 Ok(r) => r,
                 Err(e) => return (results, Some(Broken::MidResponse(e))),
             };
-            let id = first + k as u64;
+            let id = self.first + k as u64;
             let rejected = response.status == Status::BadRequest;
             if response.id != id && !(rejected && response.id == 0) {
                 let e = TransferError::Protocol("response id does not match the request");
@@ -488,7 +610,7 @@ impl TcpTransport {
                 };
                 return (results, Some(Broken::MidResponse(e)));
             }
-            if let Err(e) = conn.read_exact(item.dst).await {
+            if let Err(e) = self.conn.read_exact(item.dst).await {
                 return (results, Some(Broken::MidResponse(e.into())));
             }
             results.push(Ok(()));
@@ -558,6 +680,10 @@ impl Transport for TcpTransport {
         dst: &Region,
         dst_offset: u64,
     ) -> Result<(), TransferError> {
+        let pieces = (src.len / BATCH_BYTES_PER_CONN).min(self.config.conns_per_peer as u64);
+        if pieces >= 2 {
+            return self.read_split(src, dst, dst_offset, pieces).await;
+        }
         let dst = self.destination(src, dst, dst_offset)?;
         // Dropping the future on timeout drops the connection with it.
         timeout(self.config.read_timeout, self.pull(src, dst))

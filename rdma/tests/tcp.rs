@@ -390,7 +390,14 @@ async fn peer_killed_mid_read_fails_without_hanging() {
             .build()
             .expect("runtime");
         rt.block_on(async move {
-            let reader = transport().await;
+            // One connection: the read is not split, so it is one stream
+            // cut mid-payload.
+            let addr: SocketAddr = LOCALHOST.parse().expect("addr");
+            let one = TcpConfig {
+                conns_per_peer: 1,
+                ..config()
+            };
+            let reader = TcpTransport::bind_with(addr, one).await.expect("bind");
             let dst = Mem::zeroed(&reader, LEN);
             let read = reader.read(&desc, &dst.region, 0);
             let staller = async {
@@ -873,4 +880,82 @@ async fn fake_owner_once() -> (String, tokio::task::JoinHandle<()>) {
         }
     });
     (endpoint, task)
+}
+
+/// One large read goes over several connections (in sub-ranges the owner
+/// checks one by one) and arrives byte for byte; a refusal of any part
+/// fails the whole read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_read_is_split_over_connections() {
+    let (owner, reader) = (transport().await, transport().await);
+    const LEN: usize = 8 << 20;
+    let src = Mem::new(&owner, pattern(LEN, 51), None);
+    let dst = Mem::zeroed(&reader, LEN + 3);
+    let desc = owner
+        .describe(&src.region, 0, LEN as u64, None)
+        .expect("describe");
+    bounded(reader.read(&desc, &dst.region, 3))
+        .await
+        .expect("read");
+    assert!(dst.buf[3..] == src.buf[..], "bytes");
+    assert!(dst.buf[..3].iter().all(|&b| b == 0));
+    let opened = reader.stats().connections_opened.load(Ordering::Relaxed);
+    assert!(opened >= 2, "one stream for 8 MiB: {opened}");
+    // One byte past the region: the last piece is refused, so the read is.
+    let over = Descriptor {
+        len: LEN as u64 + 1,
+        ..desc.clone()
+    };
+    let dst2 = Mem::zeroed(&reader, LEN + 1);
+    let err = bounded(reader.read(&over, &dst2.region, 0))
+        .await
+        .expect_err("overrun");
+    assert!(matches!(err, TransferError::BadDescriptor(_)), "{err:?}");
+}
+
+/// Many batches at once from one reader to one owner, each wanting every
+/// connection of the pool: they share the pool without deadlock (a round
+/// holding connections never waits for more) and every byte arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_share_the_pool_without_deadlock() {
+    let (owner, reader) = (transport().await, transport().await);
+    const LEN: usize = 1 << 20;
+    const PER: usize = 8;
+    const TASKS: usize = 12;
+    let src = Arc::new(Mem::new(&owner, pattern(PER * LEN, 61), None));
+    let descs: Arc<Vec<Descriptor>> = Arc::new(
+        (0..PER)
+            .map(|i| {
+                owner
+                    .describe(&src.region, (i * LEN) as u64, LEN as u64, None)
+                    .expect("describe")
+            })
+            .collect(),
+    );
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (reader, descs, src) = (reader.clone(), descs.clone(), src.clone());
+            tokio::spawn(async move {
+                let dst = Mem::zeroed(&reader, PER * LEN);
+                let ops: Vec<ReadOp<'_>> = descs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| ReadOp {
+                        src: d,
+                        dst: &dst.region,
+                        dst_offset: (i * LEN) as u64,
+                    })
+                    .collect();
+                let results = reader.read_many(&ops).await;
+                drop(ops);
+                assert!(results.iter().all(Result::is_ok), "{results:?}");
+                assert!(dst.buf == src.buf, "bytes");
+            })
+        })
+        .collect();
+    for t in tasks {
+        bounded(t).await.expect("task");
+    }
+    let opened = reader.stats().connections_opened.load(Ordering::Relaxed);
+    assert!(opened <= CONNS_PER_PEER_MAX as u64, "pool bound: {opened}");
 }
