@@ -647,44 +647,42 @@ impl Worker {
     }
 
     /// Reads every key in `ks` in one batch call; `Ok(None)` if a value
-    /// read back is wrong.
+    /// read back is wrong. Values are checked where they landed.
     async fn get_batch(&mut self, plan: &Plan, ks: &[usize]) -> Result<Option<u64>, Error> {
-        let t0 = Instant::now();
-        let (us, values): (u64, Vec<Vec<u8>>) = if self.bufs.is_empty() {
-            let keys: Vec<&[u8]> = ks.iter().map(|&k| plan.keys[k].as_slice()).collect();
-            let got = self.client.get_many_inline(&keys).await;
-            let us = t0.elapsed().as_micros() as u64;
-            let values = got
-                .into_iter()
-                .map(|r| r?.map(|b| b.to_vec()).ok_or(Error::NotFound))
-                .collect::<Result<Vec<_>, Error>>()?;
-            (us, if plan.verify { values } else { Vec::new() })
-        } else {
-            let mut items: Vec<(&[u8], &mut Buffer, usize)> = ks
-                .iter()
-                .zip(self.bufs.iter_mut())
-                .map(|(&k, (_, dst))| (plan.keys[k].as_slice(), dst, 0))
-                .collect();
-            let got = self.client.get_many(&mut items).await;
-            let us = t0.elapsed().as_micros() as u64;
-            drop(items);
-            let lens = got.into_iter().collect::<Result<Vec<usize>, Error>>()?;
-            let values = if plan.verify {
-                lens.iter()
-                    .zip(&self.bufs)
-                    .map(|(&n, (_, dst))| dst.as_slice()[..n].to_vec())
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            (us, values)
-        };
-        for (&k, v) in ks.iter().zip(&values) {
-            if let Err(m) = check(v, plan.hashes[k], plan.size) {
+        let mismatch = |k: usize, v: &[u8]| match check(v, plan.hashes[k], plan.size) {
+            Ok(_) => false,
+            Err(m) => {
                 eprintln!(
                     "strata-bench: MISMATCH on {}: {m}",
                     String::from_utf8_lossy(&plan.keys[k])
                 );
+                true
+            }
+        };
+        let t0 = Instant::now();
+        if self.bufs.is_empty() {
+            let keys: Vec<&[u8]> = ks.iter().map(|&k| plan.keys[k].as_slice()).collect();
+            let got = self.client.get_many_inline(&keys).await;
+            let us = t0.elapsed().as_micros() as u64;
+            for (&k, r) in ks.iter().zip(got) {
+                let v = r?.ok_or(Error::NotFound)?;
+                if plan.verify && mismatch(k, &v) {
+                    return Ok(None);
+                }
+            }
+            return Ok(Some(us));
+        }
+        let mut items: Vec<(&[u8], &mut Buffer, usize)> = ks
+            .iter()
+            .zip(self.bufs.iter_mut())
+            .map(|(&k, (_, dst))| (plan.keys[k].as_slice(), dst, 0))
+            .collect();
+        let got = self.client.get_many(&mut items).await;
+        let us = t0.elapsed().as_micros() as u64;
+        drop(items);
+        for ((&k, r), (_, dst)) in ks.iter().zip(got).zip(&self.bufs) {
+            let n = r?;
+            if plan.verify && mismatch(k, &dst.as_slice()[..n]) {
                 return Ok(None);
             }
         }

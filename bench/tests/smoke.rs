@@ -97,3 +97,48 @@ async fn a_corrupted_value_fails_the_run() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("MISMATCH on bench:4096:3"), "{stderr}");
 }
+
+/// `--batch`: both APIs move batches clean, every value checked; rows
+/// count values (not batches) and say the batch in their scenario.
+#[tokio::test]
+async fn batches_run_clean_and_count_values() {
+    let node = Node::start(&[]);
+    let json = tempfile::NamedTempFile::new().expect("temp file");
+    let path = json.path().to_str().expect("utf-8 path");
+    for api in ["zerocopy", "inline"] {
+        let out = bench(
+            &node,
+            &[
+                "--api", api, "--sizes", "64KiB", "--ops", "20", "--batch", "4", "-c", "2",
+                "--json", path,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{api}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(json.path()).expect("read json");
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    for r in &rows {
+        assert!(r.contains("\"scenario\":\"c2-b4\""), "{r}");
+        assert!(
+            r.contains("\"errors\":0") && r.contains("\"mismatches\":0"),
+            "{r}"
+        );
+    }
+    // 20 batches of 4 values per get phase (a put phase writes at least
+    // every key once: 8 keys in 2 batches, then 20 batches).
+    let gets: Vec<&&str> = rows
+        .iter()
+        .filter(|r| r.contains("\"op\":\"get\""))
+        .collect();
+    assert!(gets.iter().all(|r| r.contains("\"n\":80,")), "{text}");
+    let out = bench(&node, &["--batch", "9", "--ops", "1"]);
+    assert!(
+        !out.status.success(),
+        "a batch larger than --keys is refused"
+    );
+}

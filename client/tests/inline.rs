@@ -66,3 +66,40 @@ async fn value_size_reports_length_or_absence() {
         assert_eq!(c.value_size(b"k").await.expect("size"), Some(len as u64));
     }
 }
+
+/// Pipelined SETs and GETs: one result per item, in order; a value too
+/// large fails alone; a missing key is `None`; more than one batch's worth
+/// of items is split transparently.
+#[tokio::test]
+async fn set_many_and_get_many_inline_answer_per_item() {
+    let node = Node::start(&["--max-value-size", "1MiB"]);
+    let c = node.client().await;
+    let mut items: Vec<(Vec<u8>, Vec<u8>)> = (0..1500)
+        .map(|i| {
+            let key = format!("many:{i}").into_bytes();
+            let value = pattern(&key, i % 3000);
+            (key, value)
+        })
+        .collect();
+    items[7].1 = vec![1u8; (1 << 20) + 1];
+    let done = c.set_many(&items).await;
+    assert_eq!(done.len(), items.len());
+    for (i, r) in done.iter().enumerate() {
+        if i == 7 {
+            assert!(r.is_err(), "item 7 is over the limit");
+        } else {
+            r.as_ref().unwrap_or_else(|e| panic!("item {i}: {e}"));
+        }
+    }
+    let mut keys: Vec<Vec<u8>> = items.iter().map(|(k, _)| k.clone()).collect();
+    keys.push(b"many:missing".to_vec());
+    let got = c.get_many_inline(&keys).await;
+    assert_eq!(got.len(), keys.len());
+    for (i, r) in got.into_iter().enumerate() {
+        let v = r.unwrap_or_else(|e| panic!("item {i}: {e}"));
+        match i {
+            7 | 1500 => assert_eq!(v, None, "item {i}"),
+            _ => assert_eq!(v.as_deref(), Some(&items[i].1[..]), "item {i}"),
+        }
+    }
+}
