@@ -209,7 +209,7 @@ pub async fn shut_down(node: &Node, spill: &Spill, max: std::time::Duration) {
     let mut moved = 0usize;
     if keep {
         tracing::info!(
-            keys = node.store.len(),
+            keys = node.store.stats().keys,
             "moving DRAM values to NVMe before stopping"
         );
         while tokio::time::Instant::now() < deadline {

@@ -466,12 +466,12 @@ async fn bench_sequential_1mib_reads() {
     }
 }
 
-/// Overwrite churn with the live set at half the capacity: reclaim copies
-/// the live values forward and lets the dead ones go, so nothing live is
-/// lost and every value read back is its newest version. (Before reclaim
-/// copied forward, the same run lost about one write in five.)
+/// Overwrite churn with the live set at half the capacity: foyer's block
+/// reclaim drops live values (copying them forward is off, see
+/// `COPY_FORWARD` in the backend); every one it drops is counted as an
+/// eviction, exactly, and every value still there is its newest version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn overwrite_churn_keeps_every_live_value() {
+async fn overwrite_churn_drops_are_counted_as_evictions() {
     let dir = tempfile::tempdir().unwrap();
     let max = 256 * KIB;
     let capacity = 32 * MIB;
@@ -502,23 +502,30 @@ async fn overwrite_churn_keeps_every_live_value() {
         let crc = crc32c::crc32c(&v);
         tier.insert(key(k), v, crc).await.unwrap();
     }
-    assert_eq!(lost_before_overwrite, 0, "live values lost to reclaim");
+    let mut missing = 0;
     for k in 0..keys {
-        let got = tier.get(&key(k)).await.unwrap();
-        let got = got.unwrap_or_else(|| panic!("key {k} lost"));
-        assert!(
-            got.bytes == value(seed(k, version[k as usize]), len),
-            "key {k}: not its newest value"
-        );
+        match tier.get(&key(k)).await.unwrap() {
+            Some(got) => assert!(
+                got.bytes == value(seed(k, version[k as usize]), len),
+                "key {k}: not its newest value"
+            ),
+            None => missing += 1,
+        }
     }
     let s = tier.stats();
     assert!(
         s.evicted_blocks > s.capacity_bytes / s.block_bytes,
         "reclaim ran: {s:?}"
     );
-    assert!(s.reinserted > 0, "{s:?}");
-    assert_eq!(s.reclaim_dropped, 0, "{s:?}");
-    // Copying forward stays within its budget (one byte per byte written).
-    assert!(s.reinserted <= s.writes, "{s:?}");
+    let lost = lost_before_overwrite + missing;
+    assert!(
+        lost > 0,
+        "churn at half the capacity loses values to reclaim"
+    );
+    assert_eq!(
+        s.reclaim_dropped, lost,
+        "every live value reclaim dropped is counted"
+    );
+    assert_eq!(s.reinserted, 0, "{s:?}");
     tier.close().await.unwrap();
 }

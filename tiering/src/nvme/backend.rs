@@ -16,32 +16,23 @@
 //! the bytes in flight so the buffer cannot overflow, waits for the flush, and
 //! then checks foyer's index. An entry missing there is reported as an error.
 //!
-//! # Reclaim without losing live values
+//! # Reclaim and the live values it drops
 //!
-//! foyer frees space by reclaiming whole blocks, oldest first. Left alone
-//! that drops every value in the block, live or not: under overwrite churn
-//! with the live set at half the capacity, about one write in five lost a
-//! live value (`examples/nvme_churn.rs`, docs/BENCHMARKS.md). So the
-//! reclaimer is given a reinsertion filter ([`Residents`]) that copies the
-//! live entries of the victim forward and lets the rest go:
+//! foyer frees space by reclaiming whole blocks, strictly oldest first
+//! here (FIFO only). That drops every value in the block, live or not:
+//! under overwrite churn with the live set at half the capacity, about one
+//! write in five loses a live value (`examples/nvme_churn.rs`,
+//! docs/BENCHMARKS.md). The reclaimer's reinsertion filter ([`Residents`])
+//! knows, per key, how many copies are on the device and whether the key is
+//! live, so it tells a key's current entry from its older copies (met
+//! oldest first) and counts every live value a reclaim drops
+//! ([`Usage::reclaim_dropped`], an eviction).
 //!
-//! - Blocks are reclaimed strictly oldest first (FIFO only), so the copies
-//!   of one key are met oldest first, and the last one met is the current
-//!   one. [`Residents`] counts the copies of each key on the device and
-//!   whether the key is live (written and not deleted); an entry is copied
-//!   forward only when it is the key's last copy and the key is live.
-//!   foyer's own sequence check on re-indexing means a mistaken pick can
-//!   only cost a write, never bring back an old value.
-//! - Copying forward costs writes: a reclaim may copy at most
-//!   [`REINSERT_PER_WRITE`] bytes per byte written (a credit, saved up to
-//!   a quarter of the capacity), so the device never writes more than
-//!   twice what it is given. When the live set is too close to the
-//!   capacity for that, the oldest live values are dropped, as in any FIFO
-//!   cache, and every such drop is counted ([`Usage::reclaim_dropped`]).
-//! - Keys found on the device at open (written by an earlier process) are
-//!   unknown to [`Residents`]: their entries are copied forward when foyer
-//!   still indexes their key (an old copy of a rewritten key then costs one
-//!   wasted write).
+//! The same filter can copy live entries forward (within a budget of
+//! [`REINSERT_PER_WRITE`] bytes per byte written): that took the churn
+//! loss to 0, but with it on a value written just before a graceful stop
+//! was missing after the restart in about one CI run in eight, so it is off
+//! ([`COPY_FORWARD`]) until that is understood.
 //!
 //! This module never sees checksums of values, RESP or transports.
 
@@ -91,9 +82,13 @@ const URING_IO_DEPTH: usize = 64;
 /// for that (near the capacity), the oldest live values are dropped
 /// instead, as in any FIFO cache, and counted.
 pub const REINSERT_PER_WRITE: f64 = 1.0;
-/// Clean blocks foyer keeps ready: one for new writes, one for the copies
-/// a reclaim makes.
-const CLEAN_BLOCKS: usize = 2;
+/// Whether reclaim copies live values forward. Off: in CI a value written
+/// just before a graceful stop was missing after the restart in about one
+/// run in eight with copying on (never with it off, 22 runs), with no block
+/// reclaimed before the stop; until that is understood, reclaim only
+/// counts the live values it drops (every one, exactly: blocks go oldest
+/// first).
+pub const COPY_FORWARD: bool = false;
 
 /// A value as stored: the bytes and the CRC32C the writer vouched for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,7 +207,6 @@ impl FoyerBackend {
             .with_submit_queue_size_threshold(2 * buffer as usize)
             // Without it a removed key comes back after a restart.
             .with_tombstone_log(true)
-            .with_clean_block_threshold(CLEAN_BLOCKS)
             // FIFO only: see the module notes on reclaim.
             .with_eviction_pickers(vec![
                 Box::new(CountingPicker(counts.clone())),
@@ -448,7 +442,7 @@ impl Residents {
         let Some(r) = inner.keys.get_mut(&hash) else {
             // Written before this process started: foyer copies it only if
             // it still indexes the key.
-            return take(&mut inner.credit, bytes);
+            return COPY_FORWARD && take(&mut inner.credit, bytes);
         };
         r.copies = r.copies.saturating_sub(1);
         if r.copies > 0 || !r.live {
@@ -458,7 +452,7 @@ impl Residents {
             }
             return false;
         }
-        if take(&mut inner.credit, u64::from(r.bytes)) {
+        if COPY_FORWARD && take(&mut inner.credit, u64::from(r.bytes)) {
             r.copies = 1;
             self.reinserted.fetch_add(1, Relaxed);
             true
