@@ -533,63 +533,61 @@ impl Client {
         &self,
         items: &[(K, V)],
     ) -> Vec<Result<()>> {
-        let mut out = Vec::with_capacity(items.len());
-        for chunk in items.chunks(BATCH_MAX) {
-            out.extend(self.set_chunk(chunk).await);
-        }
-        out
-    }
-
-    async fn set_chunk<K: AsRef<[u8]>, V: AsRef<[u8]>>(&self, items: &[(K, V)]) -> Vec<Result<()>> {
-        let slots: Vec<u16> = items.iter().map(|(k, _)| key_slot(k.as_ref())).collect();
-        self.router
-            .routed_batch(&slots, Access::Write, Idempotent::Yes, |node, idx| {
-                let commands: Vec<[&[u8]; 3]> = idx
-                    .iter()
-                    .map(|&i| [b"SET" as &[u8], items[i].0.as_ref(), items[i].1.as_ref()])
-                    .collect();
-                async move {
-                    let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
-                    let replies = node.exchange(&commands, Idempotent::Yes).await?;
-                    Ok(replies
-                        .into_iter()
-                        .map(|r| match expect_ok(r?)? {
-                            true => Ok(()),
-                            false => Err(Error::Protocol("nil reply to SET without NX".into())),
-                        })
-                        .collect())
-                }
-            })
-            .await
+        self.pipelined(
+            items.len(),
+            Access::Write,
+            |i| items[i].0.as_ref(),
+            |i| vec![b"SET", items[i].0.as_ref(), items[i].1.as_ref()],
+            |r| match expect_ok(r)? {
+                true => Ok(()),
+                false => Err(Error::Protocol("nil reply to SET without NX".into())),
+            },
+        )
+        .await
     }
 
     /// Inline `GET`s of every key, pipelined like [`Client::set_many`].
     pub async fn get_many_inline<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Bytes>>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(BATCH_MAX) {
-            out.extend(self.get_inline_chunk(chunk).await);
-        }
-        out
+        self.pipelined(
+            keys.len(),
+            Access::Read,
+            |i| keys[i].as_ref(),
+            |i| vec![b"GET", keys[i].as_ref()],
+            expect_bulk_or_nil,
+        )
+        .await
     }
 
-    async fn get_inline_chunk<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Bytes>>> {
-        let slots: Vec<u16> = keys.iter().map(|k| key_slot(k.as_ref())).collect();
-        self.router
-            .routed_batch(&slots, Access::Read, Idempotent::Yes, |node, idx| {
-                let commands: Vec<[&[u8]; 2]> = idx
-                    .iter()
-                    .map(|&i| [b"GET" as &[u8], keys[i].as_ref()])
-                    .collect();
-                async move {
-                    let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
-                    let replies = node.exchange(&commands, Idempotent::Yes).await?;
-                    Ok(replies
-                        .into_iter()
-                        .map(|r| expect_bulk_or_nil(r?))
-                        .collect())
-                }
-            })
-            .await
+    /// One inline command per item (`command(i)`, on the node owning
+    /// `key(i)`), each node's commands in one write, `BATCH_MAX` items at
+    /// a time; every reply through `parse`. One result per item, in order.
+    async fn pipelined<'a, T>(
+        &self,
+        n: usize,
+        access: Access,
+        key: impl Fn(usize) -> &'a [u8],
+        command: impl Fn(usize) -> Vec<&'a [u8]>,
+        parse: impl Fn(BytesFrame) -> Result<T> + Copy,
+    ) -> Vec<Result<T>> {
+        let mut out = Vec::with_capacity(n);
+        for start in (0..n).step_by(BATCH_MAX) {
+            let end = (start + BATCH_MAX).min(n);
+            let slots: Vec<u16> = (start..end).map(|i| key_slot(key(i))).collect();
+            let done = self
+                .router
+                .routed_batch(&slots, access, Idempotent::Yes, |node, idx| {
+                    let commands: Vec<Vec<&[u8]>> =
+                        idx.iter().map(|&j| command(start + j)).collect();
+                    async move {
+                        let commands: Vec<&[&[u8]]> = commands.iter().map(Vec::as_slice).collect();
+                        let replies = node.exchange(&commands, Idempotent::Yes).await?;
+                        Ok(replies.into_iter().map(|r| parse(r?)).collect())
+                    }
+                })
+                .await;
+            out.extend(done);
+        }
+        out
     }
 
     /// `DEL key`: whether it existed. Not retried after a lost connection
