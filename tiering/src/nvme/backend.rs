@@ -82,12 +82,11 @@ const URING_IO_DEPTH: usize = 64;
 /// for that (near the capacity), the oldest live values are dropped
 /// instead, as in any FIFO cache, and counted.
 pub const REINSERT_PER_WRITE: f64 = 1.0;
-/// Whether reclaim copies live values forward. Off: in CI a value written
-/// just before a graceful stop was missing after the restart in about one
-/// run in eight with copying on (never with it off, 22 runs), with no block
-/// reclaimed before the stop; until that is understood, reclaim only
-/// counts the live values it drops (every one, exactly: blocks go oldest
-/// first).
+/// Whether reclaim lets foyer copy live values forward. Off for good:
+/// foyer's reinsertion keeps the entry's old sequence number, and its
+/// recovery takes an entry numbered below the one before it for the end of
+/// the block, so every value written after a reinserted one in that block
+/// was lost after a restart (in CI about one run in eight).
 pub const COPY_FORWARD: bool = false;
 
 /// A value as stored: the bytes and the CRC32C the writer vouched for.
@@ -181,6 +180,13 @@ pub struct FoyerBackend {
     pieces: Cache<Bytes, Entry>,
     /// Bytes that may sit in foyer's write buffer at once.
     in_flight: Semaphore,
+    /// Held across `Store::enqueue`. foyer numbers an entry (an atomic
+    /// counter) and then sends it to the flusher; two writers between those
+    /// steps put a block's entries out of sequence order, and foyer's
+    /// recovery stops reading a block at the first entry numbered below
+    /// the one before it: every later value in that block was lost after a
+    /// restart (`concurrent_writers_are_all_recovered_after_a_restart`).
+    enqueue: Mutex<()>,
     block_bytes: u64,
     counts: Arc<BlockCounts>,
     residents: Arc<Residents>,
@@ -253,6 +259,7 @@ impl FoyerBackend {
             // padding foyer adds per blob. Budgeting the whole pool let
             // concurrent puts overflow it (and foyer dropped them).
             in_flight: Semaphore::new(block as usize),
+            enqueue: Mutex::new(()),
             block_bytes: block,
             counts,
             residents,
@@ -270,7 +277,10 @@ impl Backend for FoyerBackend {
             .map_err(|_| NvmeError::Closed)?;
         let piece = self.pieces.insert(key.clone(), entry).piece();
         self.pieces.remove(&key);
-        self.store.enqueue(piece, true);
+        {
+            let _in_order = self.enqueue.lock();
+            self.store.enqueue(piece, true);
+        }
         self.store.wait().await;
         if self.store.may_contains(&key) {
             self.residents.written(hash_of(&key), need);
