@@ -28,15 +28,24 @@
 //! oldest first) and counts every live value a reclaim drops
 //! ([`Usage::reclaim_dropped`], an eviction).
 //!
-//! The same filter can copy live entries forward (within a budget of
-//! [`REINSERT_PER_WRITE`] bytes per byte written): that took the churn
-//! loss to 0, but with it on a value written just before a graceful stop
-//! was missing after the restart in about one CI run in eight, so it is off
-//! ([`COPY_FORWARD`]) until that is understood.
+//! Live values are copied forward before their block comes up for
+//! reclaim, by this backend and not by foyer: after each put, entries of
+//! this process whose block is within [`COPY_MARGIN_BLOCKS`] of the
+//! reclaim point (blocks go strictly in the order they were sealed) are
+//! read and written again, as new entries, within a budget of
+//! [`REINSERT_PER_WRITE`] bytes per byte written. A copy is written only if
+//! the key is still live and unchanged since the write it copies, checked
+//! under the lock that also orders deletes, so a copy never brings back a
+//! deleted or older value. foyer's own reinsertion is never used: it keeps
+//! the entry's old sequence number, and foyer's recovery takes an entry
+//! numbered below the one before it for the end of the block, so every
+//! value written after a reinserted one in that block was lost after a
+//! restart. Values recovered at open (written by an earlier process) are
+//! not copied: this process does not know their keys.
 //!
 //! This module never sees checksums of values, RESP or transports.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::path::Path;
@@ -77,17 +86,20 @@ const WRITE_BUFFER_BLOCKS: u64 = 2;
 /// a queue deep enough for a block's worth of page writes.
 const URING_THREADS: usize = 1;
 const URING_IO_DEPTH: usize = 64;
-/// Bytes a reclaim may copy forward per byte written, on average: bounds
+/// Bytes that may be copied forward per byte written, on average: bounds
 /// the write amplification at 1 + this. When the live set is too large
 /// for that (near the capacity), the oldest live values are dropped
 /// instead, as in any FIFO cache, and counted.
 pub const REINSERT_PER_WRITE: f64 = 1.0;
-/// Whether reclaim lets foyer copy live values forward. Off for good:
-/// foyer's reinsertion keeps the entry's old sequence number, and its
-/// recovery takes an entry numbered below the one before it for the end of
-/// the block, so every value written after a reinserted one in that block
-/// was lost after a restart (in CI about one run in eight).
-pub const COPY_FORWARD: bool = false;
+/// How many blocks before its block is reclaimed a live entry is copied
+/// forward. foyer reclaims the oldest sealed block when it takes its last
+/// clean one, so an entry written while `s` blocks were sealed goes once
+/// about `s + blocks - 1` are; its recorded `s` may be one late (its batch
+/// sealed the block), hence one block of slack on top of one of warning.
+pub const COPY_MARGIN_BLOCKS: u64 = 2;
+/// Most copies one put makes, so that a burst of aging entries spreads
+/// over several writes instead of stalling one.
+const MAX_COPIES_PER_PUT: usize = 16;
 
 /// A value as stored: the bytes and the CRC32C the writer vouched for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,10 +144,10 @@ pub struct Usage {
     pub sealed_blocks: u64,
     /// Blocks reclaimed since open.
     pub evicted_blocks: u64,
-    /// Live entries copied forward out of reclaimed blocks.
+    /// Live entries copied forward before their block was reclaimed.
     pub reinserted: u64,
     /// Live entries a reclaim dropped (copying them would have exceeded
-    /// [`REINSERT_PER_WRITE`]): evictions.
+    /// [`REINSERT_PER_WRITE`], or they were recovered at open): evictions.
     pub reclaim_dropped: u64,
 }
 
@@ -267,9 +279,13 @@ impl FoyerBackend {
     }
 }
 
-impl Backend for FoyerBackend {
-    async fn put(&self, key: Bytes, entry: Entry) -> Result<(), NvmeError> {
+impl FoyerBackend {
+    /// Writes one entry and waits for it to be indexed. `copy` is the block
+    /// ordinal of the write being copied forward: the copy is enqueued only
+    /// if the key is live and unchanged since then.
+    async fn write(&self, key: Bytes, entry: Entry, copy: Option<u64>) -> Result<(), NvmeError> {
         let need = buffered_bytes(&key, &entry) as u32;
+        let hash = hash_of(&key);
         let _permit = self
             .in_flight
             .acquire_many(need)
@@ -279,13 +295,18 @@ impl Backend for FoyerBackend {
         self.pieces.remove(&key);
         {
             let _in_order = self.enqueue.lock();
+            if !self.residents.enqueuing(hash, copy) {
+                return Ok(());
+            }
             self.store.enqueue(piece, true);
         }
         self.store.wait().await;
         if self.store.may_contains(&key) {
-            self.residents.written(hash_of(&key), need);
+            let block = self.counts.sealed_total.load(Relaxed);
+            self.residents.written(&key, hash, need, block, copy);
             Ok(())
         } else {
+            self.residents.not_written(hash);
             // Dropped by foyer: a failed device write, a closed store, or the
             // block evicted before we looked. Either way it is not there.
             Err(NvmeError::Io {
@@ -294,6 +315,37 @@ impl Backend for FoyerBackend {
                     .into(),
             })
         }
+    }
+
+    /// Copies forward the live entries whose block is about to be
+    /// reclaimed, as far as the budget allows (module notes).
+    async fn copy_forward(&self) {
+        let blocks = self.counts.blocks.load(Relaxed);
+        let horizon = blocks.saturating_sub(1 + COPY_MARGIN_BLOCKS).max(1);
+        for _ in 0..MAX_COPIES_PER_PUT {
+            let now = self.counts.sealed_total.load(Relaxed);
+            let Some((key, block)) = self.residents.next_to_copy(now, horizon) else {
+                return;
+            };
+            // Read outside every lock; a change meanwhile is caught by the
+            // check in `write`.
+            let entry = match self.store.load(&key).await {
+                Ok(Load::Entry { value, .. }) => value,
+                Ok(Load::Piece { piece, .. }) => piece.value().clone(),
+                Ok(_) | Err(_) => continue,
+            };
+            if self.write(key, entry, Some(block)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Backend for FoyerBackend {
+    async fn put(&self, key: Bytes, entry: Entry) -> Result<(), NvmeError> {
+        self.write(key, entry, None).await?;
+        self.copy_forward().await;
+        Ok(())
     }
 
     async fn load(&self, key: &Bytes) -> Result<Option<Entry>, NvmeError> {
@@ -306,6 +358,9 @@ impl Backend for FoyerBackend {
     }
 
     fn delete(&self, key: &[u8]) {
+        // Under the enqueue lock: a copy forward of this key either is
+        // enqueued before the tombstone (which then wins) or sees it gone.
+        let _in_order = self.enqueue.lock();
         self.residents.deleted(hash_of(key));
         self.store.delete(key);
     }
@@ -346,6 +401,9 @@ fn io(op: &'static str) -> impl Fn(foyer::Error) -> NvmeError {
 struct BlockCounts {
     blocks: AtomicU64,
     sealed: AtomicU64,
+    /// Blocks sealed since open (recovered ones included): the ordinal of
+    /// the block being written, for aging entries.
+    sealed_total: AtomicU64,
     evicted: AtomicU64,
 }
 
@@ -364,6 +422,7 @@ impl EvictionPicker for CountingPicker {
 
     fn on_block_evictable(&mut self, info: EvictionInfo<'_>, _: u32) {
         self.0.sealed.store(info.evictable.len() as u64, Relaxed);
+        self.0.sealed_total.fetch_add(1, Relaxed);
     }
 
     fn on_block_evict(&mut self, info: EvictionInfo<'_>, _: u32) {
@@ -382,12 +441,12 @@ fn hash_of(key: &[u8]) -> u64 {
 }
 
 /// What this process wrote, per foyer key hash: enough for the reclaimer
-/// to tell a key's current entry from its older copies (module notes), and
-/// the budget that bounds copying forward.
+/// to tell a key's current entry from its older copies (module notes), the
+/// order of the writes for copying forward, and the budget that bounds it.
 #[derive(Debug)]
 struct Residents {
     inner: Mutex<ResidentsInner>,
-    /// Most credit saved up (bytes): a burst of reclaims after a quiet spell.
+    /// Most credit saved up (bytes): a burst of copies after a quiet spell.
     max_credit: u64,
     reinserted: AtomicU64,
     dropped: AtomicU64,
@@ -396,9 +455,20 @@ struct Residents {
 #[derive(Debug, Default)]
 struct ResidentsInner {
     keys: HashMap<u64, Resident>,
+    /// Writes of this process, oldest first: one per entry on the device
+    /// (stale ones are skipped when they come up), so bounded by what the
+    /// device holds. The key shares the caller's buffer.
+    order: VecDeque<Write>,
     /// Bytes that may still be copied forward: every byte written adds
     /// [`REINSERT_PER_WRITE`], every byte copied takes one.
     credit: u64,
+}
+
+#[derive(Debug)]
+struct Write {
+    key: Bytes,
+    hash: u64,
+    block: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -408,7 +478,13 @@ struct Resident {
     /// Written and not deleted since.
     live: bool,
     bytes: u32,
+    /// Block ordinal (sealed blocks at the time) of the current entry;
+    /// [`PENDING`] while a new value is being written.
+    block: u64,
 }
+
+/// [`Resident::block`] of a key whose new value is not on the device yet.
+const PENDING: u64 = u64::MAX;
 
 impl Residents {
     fn new(capacity_bytes: u64) -> Self {
@@ -416,7 +492,7 @@ impl Residents {
         Residents {
             inner: Mutex::new(ResidentsInner {
                 keys: HashMap::new(),
-                // Entries recovered at open can be copied from the start.
+                order: VecDeque::new(),
                 credit: max_credit,
             }),
             max_credit,
@@ -425,18 +501,82 @@ impl Residents {
         }
     }
 
-    fn written(&self, hash: u64, bytes: u32) {
+    /// An entry of `hash` is about to be enqueued (under the enqueue lock):
+    /// a new value, or a copy of the write at ordinal `copy_of`, which goes
+    /// ahead only if that write is still the key's live, current one.
+    /// Counted as a copy on the device from here, so that a reclaim of the
+    /// old copy meanwhile does not take it for the last one.
+    fn enqueuing(&self, hash: u64, copy_of: Option<u64>) -> bool {
         let mut inner = self.inner.lock();
-        let earned = (f64::from(bytes) * REINSERT_PER_WRITE) as u64;
-        inner.credit = (inner.credit + earned).min(self.max_credit);
-        let r = inner.keys.entry(hash).or_insert(Resident {
-            copies: 0,
-            live: false,
-            bytes: 0,
-        });
-        r.copies += 1;
-        r.live = true;
-        r.bytes = bytes;
+        match copy_of {
+            None => {
+                let r = inner.keys.entry(hash).or_insert(Resident {
+                    copies: 0,
+                    live: false,
+                    bytes: 0,
+                    block: PENDING,
+                });
+                r.copies += 1;
+                // No copy of an older write may land after this one.
+                r.block = PENDING;
+                true
+            }
+            Some(from) => match inner.keys.get_mut(&hash) {
+                Some(r) if r.live && r.block == from => {
+                    r.copies += 1;
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+
+    /// An enqueued entry of `hash` did not reach the device.
+    fn not_written(&self, hash: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(r) = inner.keys.get_mut(&hash) {
+            r.copies = r.copies.saturating_sub(1);
+            if r.copies == 0 {
+                inner.keys.remove(&hash);
+            }
+        }
+    }
+
+    /// The entry of `key` (`hash`) enqueued by [`Residents::enqueuing`] is
+    /// on the device, in block ordinal `block`. One that is now the key's
+    /// current entry is queued for aging.
+    fn written(&self, key: &Bytes, hash: u64, bytes: u32, block: u64, copy_of: Option<u64>) {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let Some(r) = inner.keys.get_mut(&hash) else {
+            // Its block was reclaimed before we looked: counted there.
+            return;
+        };
+        let current = match copy_of {
+            None => {
+                r.live = true;
+                r.bytes = bytes;
+                r.block = block;
+                let earned = (f64::from(bytes) * REINSERT_PER_WRITE) as u64;
+                inner.credit = (inner.credit + earned).min(self.max_credit);
+                true
+            }
+            // A delete or a newer write since the check leaves this copy an
+            // older one.
+            Some(from) if r.live && r.block == from => {
+                r.block = block;
+                self.reinserted.fetch_add(1, Relaxed);
+                true
+            }
+            Some(_) => false,
+        };
+        if current {
+            inner.order.push_back(Write {
+                key: key.clone(),
+                hash,
+                block,
+            });
+        }
     }
 
     fn deleted(&self, hash: u64) {
@@ -445,32 +585,52 @@ impl Residents {
         }
     }
 
-    /// The reclaimer met an entry of `hash` (`bytes` long): copy it forward?
-    fn reclaiming(&self, hash: u64, bytes: u64) -> bool {
+    /// The oldest write due for copying (its block at most `horizon` blocks
+    /// from the one being written, `now`) that is still current, with the
+    /// budget for it taken; stale writes are skipped, and one the budget
+    /// cannot cover is left to the reclaimer (which counts it).
+    fn next_to_copy(&self, now: u64, horizon: u64) -> Option<(Bytes, u64)> {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
+        while inner
+            .order
+            .front()
+            .is_some_and(|w| w.block + horizon <= now)
+        {
+            let w = inner.order.pop_front().expect("front checked");
+            let Some(r) = inner.keys.get(&w.hash) else {
+                continue;
+            };
+            if !r.live || r.block != w.block {
+                continue;
+            }
+            if take(&mut inner.credit, u64::from(r.bytes)) {
+                return Some((w.key, w.block));
+            }
+        }
+        None
+    }
+
+    /// The reclaimer met an entry of `hash`: counts a live value dropped.
+    /// Never admits: foyer's reinsertion would break recovery (module
+    /// notes); live values were copied ahead of it where the budget
+    /// allowed.
+    fn reclaiming(&self, hash: u64) -> bool {
+        let mut inner = self.inner.lock();
         let Some(r) = inner.keys.get_mut(&hash) else {
-            // Written before this process started: foyer copies it only if
-            // it still indexes the key.
-            return COPY_FORWARD && take(&mut inner.credit, bytes);
+            // Written before this process started.
+            return false;
         };
         r.copies = r.copies.saturating_sub(1);
-        if r.copies > 0 || !r.live {
-            // An older copy, or a deleted key's last one.
-            if r.copies == 0 {
-                inner.keys.remove(&hash);
-            }
+        if r.copies > 0 {
+            // An older copy: the newer one is further on.
             return false;
         }
-        if COPY_FORWARD && take(&mut inner.credit, u64::from(r.bytes)) {
-            r.copies = 1;
-            self.reinserted.fetch_add(1, Relaxed);
-            true
-        } else {
-            inner.keys.remove(&hash);
+        if r.live {
             self.dropped.fetch_add(1, Relaxed);
-            false
         }
+        inner.keys.remove(&hash);
+        false
     }
 }
 
@@ -488,8 +648,8 @@ fn take(credit: &mut u64, bytes: u64) -> bool {
 struct ReinsertLive(Arc<Residents>);
 
 impl StorageFilterCondition for ReinsertLive {
-    fn filter(&self, _: &Arc<Statistics>, hash: u64, len: usize) -> StorageFilterResult {
-        if self.0.reclaiming(hash, len as u64) {
+    fn filter(&self, _: &Arc<Statistics>, hash: u64, _len: usize) -> StorageFilterResult {
+        if self.0.reclaiming(hash) {
             StorageFilterResult::Admit
         } else {
             StorageFilterResult::Reject

@@ -22,6 +22,9 @@
 //!   (SIGKILL) and is found by `open` with `recover: true`.
 //! - `remove` returns after its tombstone is written to foyer's tombstone
 //!   log, so a removed key stays removed across a restart.
+//! - Entries reach foyer's flusher in the order foyer numbered them (one
+//!   lock around the enqueue): its recovery stops reading a block at an
+//!   entry numbered below the one before it.
 //! - Nothing is fsynced: foyer 0.22 never calls `fsync`/`fdatasync`. With
 //!   `direct_io` the bytes have left the page cache but may sit in the
 //!   drive's volatile write cache; without it they sit in the page cache.
