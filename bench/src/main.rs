@@ -170,6 +170,10 @@ struct Args {
     /// throughput counts values.
     #[arg(long, default_value_t = 1)]
     batch: usize,
+    /// Zero-copy with a node on this host: move payloads by cross-memory
+    /// attach where both may (`false`: always the network data plane).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    cma: bool,
 }
 
 /// Everything a phase needs, shared by its tasks.
@@ -359,6 +363,7 @@ fn new_plan(
     client.failover_timeout_ms = args.failover_timeout_ms;
     client.data_bind = args.data_bind;
     client.data_advertise = args.data_advertise.clone();
+    client.cma = args.cma;
     Plan {
         client,
         api,

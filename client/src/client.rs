@@ -10,9 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis_protocol::resp2::types::BytesFrame;
 use strata_rdma::tcp::TcpStats;
-use strata_rdma::{DataPlane, Descriptor, Protocol, ReadOp, Region, Transport};
+use strata_rdma::{DataPlane, Descriptor, Protocol, ReadOp, Region, Transport, TransportKind};
 use strata_ring::key_slot;
 
+use crate::cma::Link;
 use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected};
 use crate::node::{backoff, Idempotent, Node};
 use crate::router::{Access, Router};
@@ -56,6 +57,11 @@ pub struct ClientConfig {
     /// Data plane of this client; must match the nodes' `protocol` (their
     /// descriptors name it). RDMA needs the `rdma` feature.
     pub protocol: Protocol,
+    /// With nodes on this host that offer it, move payloads by
+    /// cross-memory attach (`process_vm_readv`) instead of `protocol`,
+    /// where both sides are allowed to read each other (same user, same
+    /// pid namespace). `false` keeps every node on `protocol`.
+    pub cma: bool,
 }
 
 impl ClientConfig {
@@ -75,6 +81,7 @@ impl ClientConfig {
             failover_timeout_ms: 5000,
             health_check_interval_ms: 2000,
             protocol: Protocol::Tcp,
+            cma: true,
         }
     }
 }
@@ -188,8 +195,7 @@ impl Client {
 
     /// Stores `buf[range]` under `key`; the node pulls the bytes.
     pub async fn put_from(&self, key: &[u8], buf: &Buffer, range: Range<usize>) -> Result<()> {
-        let desc = self.describe(buf.region(), range)?;
-        match self.put_desc(key, &desc, false).await? {
+        match self.put_region(key, buf.region(), range, false).await? {
             true => Ok(()),
             false => Err(Error::Protocol("nil reply to PUT without NX".into())),
         }
@@ -198,8 +204,47 @@ impl Client {
     /// Like [`Client::put_from`] but only if `key` is absent; `false` if it
     /// existed (nothing is transferred then).
     pub async fn put_from_nx(&self, key: &[u8], buf: &Buffer, range: Range<usize>) -> Result<bool> {
-        let desc = self.describe(buf.region(), range)?;
-        self.put_desc(key, &desc, true).await
+        self.put_region(key, buf.region(), range, true).await
+    }
+
+    /// `PUT` of `region[range]`, named by a `cma` descriptor where the
+    /// owning node can read this process, else by the data plane's.
+    async fn put_region(
+        &self,
+        key: &[u8],
+        region: &Region,
+        range: Range<usize>,
+        nx: bool,
+    ) -> Result<bool> {
+        let d = self.descs(region, range)?;
+        let idem = if nx { Idempotent::No } else { Idempotent::Yes };
+        let retries = self.cfg.retry_attempts;
+        let d = &d;
+        self.router
+            .routed(key_slot(key), Access::Write, idem, |node| async move {
+                let put = |desc: &str| {
+                    let mut args: Vec<&[u8]> = vec![b"PUT", key, desc.as_bytes()];
+                    if nx {
+                        args.push(b"NX");
+                    }
+                    args.iter().map(|a| a.to_vec()).collect::<Vec<_>>()
+                };
+                let cma = node.cma_put();
+                let args = put(d.pick(cma));
+                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                match node.call(&args, idem, retries).await {
+                    // Refused before anything was stored: again over the
+                    // network.
+                    Err(Error::Server { code, msg }) if code == "NOCMA" && cma => {
+                        node.refuse_cma_put(&msg);
+                        let args = put(&d.net);
+                        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                        expect_ok(node.call(&args, idem, retries).await?)
+                    }
+                    other => expect_ok(other?),
+                }
+            })
+            .await
     }
 
     /// `PUT key desc [NX]` with a descriptor the caller built: the low-level
@@ -219,10 +264,8 @@ impl Client {
     pub async fn get_into(&self, key: &[u8], buf: &mut Buffer, offset: usize) -> Result<usize> {
         let region = buf.region();
         let capacity = region_tail(region, offset)?;
-        let dst = self
-            .describe(region, offset..offset + capacity)?
-            .to_string();
-        let dst = dst.as_bytes();
+        let dst = self.descs(region, offset..offset + capacity)?;
+        let dst = &dst;
         let mut attempt = 0;
         loop {
             let read = self
@@ -246,21 +289,29 @@ impl Client {
         &self,
         node: Arc<Node>,
         key: &[u8],
-        dst: &[u8],
+        dst: &Descs,
         region: &Region,
         offset: usize,
         capacity: usize,
     ) -> Result<usize> {
-        let reply = node
-            .call(
-                &[b"GET", key, dst],
-                Idempotent::Yes,
-                self.cfg.retry_attempts,
-            )
-            .await?;
+        let link = node.cma_link();
+        let retries = self.cfg.retry_attempts;
+        let first = dst.pick(link.is_some()).as_bytes();
+        let reply = match node
+            .call(&[b"GET", key, first], Idempotent::Yes, retries)
+            .await
+        {
+            // The connection was replaced by one without CMA meanwhile.
+            Err(Error::Server { code, .. }) if code == "NOCMA" => {
+                let net = dst.net.as_bytes();
+                node.call(&[b"GET", key, net], Idempotent::Yes, retries)
+                    .await
+            }
+            other => other,
+        }?;
         let lease = Lease::parse(reply)?;
-        let read = self.pull(&lease, region, offset, capacity).await;
-        if self.reads_are_guarded() {
+        let read = self.pull(link, &lease, region, offset, capacity).await;
+        if guarded(&lease) {
             node.release(&[lease.id]).await;
             return read;
         }
@@ -271,16 +322,6 @@ impl Client {
             ));
         }
         read
-    }
-
-    /// Whether the node's data plane checks each read against its leases
-    /// (TCP: a read after the lease ended fails with STALE). Over RDMA the
-    /// NIC serves reads without asking the node, so a read that outlived
-    /// its lease could see reused memory: the bytes count only if RELEASE
-    /// confirms the lease was still live, i.e. the value stayed pinned for
-    /// the whole read. That costs one round trip per GET (or batch).
-    fn reads_are_guarded(&self) -> bool {
-        self.transport.kind() == strata_rdma::TransportKind::Tcp
     }
 
     /// Puts every `(key, buffer, range)` with MPUT: up to [`BATCH_MAX`]
@@ -296,7 +337,7 @@ impl Client {
         }
         // A pair refused as busy was not applied: try it alone, with retries.
         for (i, (key, buf, range)) in items.iter().enumerate() {
-            if matches!(results[i], Err(Error::Busy(_))) {
+            if matches!(results[i], Err(Error::Busy(_))) || no_cma(&results[i]) {
                 results[i] = self.put_from(key.as_ref(), buf, range.clone()).await;
             }
         }
@@ -309,11 +350,11 @@ impl Client {
     ) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = Vec::with_capacity(chunk.len());
         // (item, descriptor) of the pairs that go out.
-        let mut sent: Vec<(usize, String)> = Vec::with_capacity(chunk.len());
+        let mut sent: Vec<(usize, Descs)> = Vec::with_capacity(chunk.len());
         for (i, (_, buf, range)) in chunk.iter().enumerate() {
-            match self.describe(buf.region(), range.clone()) {
+            match self.descs(buf.region(), range.clone()) {
                 Ok(d) => {
-                    sent.push((i, d.to_string()));
+                    sent.push((i, d));
                     results.push(Ok(()));
                 }
                 Err(e) => results.push(Err(e)),
@@ -328,12 +369,13 @@ impl Client {
         let outcomes = self
             .router
             .routed_batch(&slots, Access::Write, Idempotent::Yes, |node, idx| {
+                let cma = node.cma_put();
                 let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * idx.len());
                 args.push(b"MPUT");
                 for &j in &idx {
                     let (i, desc) = &sent[j];
                     args.push(chunk[*i].0.as_ref());
-                    args.push(desc.as_bytes());
+                    args.push(desc.pick(cma).as_bytes());
                 }
                 async move {
                     match node.call(&args, Idempotent::Yes, retries).await? {
@@ -365,7 +407,7 @@ impl Client {
         }
         // Busy (lease limit) and stale reads were not served: retry alone.
         for (i, (key, buf, offset)) in items.iter_mut().enumerate() {
-            if matches!(results[i], Err(Error::Busy(_) | Error::Stale(_))) {
+            if matches!(results[i], Err(Error::Busy(_) | Error::Stale(_))) || no_cma(&results[i]) {
                 results[i] = self.get_into(key.as_ref(), buf, *offset).await;
             }
         }
@@ -378,13 +420,13 @@ impl Client {
     ) -> Vec<Result<usize>> {
         let mut results: Vec<Result<usize>> = Vec::with_capacity(chunk.len());
         // (item, capacity, destination) of the GETs that go out.
-        let mut sent: Vec<(usize, usize, String)> = Vec::with_capacity(chunk.len());
+        let mut sent: Vec<(usize, usize, Descs)> = Vec::with_capacity(chunk.len());
         for (i, (_, buf, offset)) in chunk.iter().enumerate() {
             let dst = region_tail(buf.region(), *offset)
-                .and_then(|cap| Ok((cap, self.describe(buf.region(), *offset..*offset + cap)?)));
+                .and_then(|cap| Ok((cap, self.descs(buf.region(), *offset..*offset + cap)?)));
             match dst {
                 Ok((cap, d)) => {
-                    sent.push((i, cap, d.to_string()));
+                    sent.push((i, cap, d));
                     results.push(Ok(0));
                 }
                 Err(e) => results.push(Err(e)),
@@ -414,13 +456,18 @@ impl Client {
         node: Arc<Node>,
         idx: Vec<usize>,
         chunk: &[(K, &mut Buffer, usize)],
-        sent: &[(usize, usize, String)],
+        sent: &[(usize, usize, Descs)],
     ) -> Result<Vec<Result<usize>>> {
+        let link = node.cma_link();
         let commands: Vec<[&[u8]; 3]> = idx
             .iter()
             .map(|&j| {
                 let (i, _, dst) = &sent[j];
-                [b"GET" as &[u8], chunk[*i].0.as_ref(), dst.as_bytes()]
+                [
+                    b"GET" as &[u8],
+                    chunk[*i].0.as_ref(),
+                    dst.pick(link.is_some()).as_bytes(),
+                ]
             })
             .collect();
         let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
@@ -441,6 +488,16 @@ impl Client {
             let (i, capacity, _) = &sent[idx[*k]];
             let (_, buf, offset) = &chunk[*i];
             outcomes.push(fits(lease, *capacity).map(|()| lease.len as usize));
+            if lease.src.transport == TransportKind::Cma {
+                // Copied here and now; only the network reads are batched.
+                if let Some(Ok(_)) = outcomes.last() {
+                    let copied = self.cma_pull(link, lease, buf.region(), *offset);
+                    if let Err(e) = copied {
+                        *outcomes.last_mut().expect("just pushed") = Err(e);
+                    }
+                }
+                continue;
+            }
             if outcomes.last().is_some_and(Result::is_ok) && lease.len > 0 {
                 ops.push(ReadOp {
                     src: &lease.src,
@@ -451,14 +508,14 @@ impl Client {
         }
         let mut read = self.transport.read_many(&ops).await.into_iter();
         for (o, (_, lease)) in outcomes.iter_mut().zip(&leases) {
-            if o.is_ok() && lease.len > 0 {
+            if o.is_ok() && lease.len > 0 && lease.src.transport != TransportKind::Cma {
                 if let Err(e) = read.next().expect("one result per read") {
                     *o = Err(e.into());
                 }
             }
         }
         let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
-        if self.reads_are_guarded() {
+        if leases.iter().all(|(_, l)| guarded(l)) {
             node.release(&ids).await;
         } else {
             // See `reads_are_guarded`. Which lease ended is not said, so
@@ -736,9 +793,26 @@ impl Client {
             .map_err(|_| Error::Invalid("range outside the buffer"))
     }
 
-    /// Reads a leased source into `region` at `offset`.
+    /// The descriptors of `region[range]`: the data plane's, and a `cma`
+    /// one when this process may use cross-memory attach.
+    fn descs(&self, region: &Region, range: Range<usize>) -> Result<Descs> {
+        let net = self.describe(region, range)?;
+        let cma = self
+            .router
+            .cma
+            .as_ref()
+            .map(|l| l.describe(net.addr, net.len, net.rkey).to_string());
+        Ok(Descs {
+            net: net.to_string(),
+            cma,
+        })
+    }
+
+    /// Reads a leased source into `region` at `offset`: by cross-memory
+    /// attach from the node's process (`link`) for a `cma` source.
     async fn pull(
         &self,
+        link: Option<Link>,
         lease: &Lease,
         region: &Region,
         offset: usize,
@@ -746,13 +820,71 @@ impl Client {
     ) -> Result<usize> {
         let len = lease.len;
         fits(lease, capacity)?;
-        if len > 0 {
+        if lease.src.transport == TransportKind::Cma {
+            self.cma_pull(link, lease, region, offset)?;
+        } else if len > 0 {
             self.transport
                 .read(&lease.src, region, offset as u64)
                 .await?;
         }
         Ok(len as usize)
     }
+
+    /// Copies a `cma` source (already checked to fit) out of the node.
+    fn cma_pull(
+        &self,
+        link: Option<Link>,
+        lease: &Lease,
+        region: &Region,
+        offset: usize,
+    ) -> Result<()> {
+        let (Some(local), Some(link)) = (self.router.cma.as_ref(), link) else {
+            return Err(Error::Protocol(
+                "a cma source from a node this connection has no cma with".into(),
+            ));
+        };
+        if lease.len == 0 {
+            return Ok(());
+        }
+        let end = (offset as u64).checked_add(lease.len);
+        if end.is_none_or(|end| end > region.len()) {
+            return Err(Error::Invalid("range outside the buffer"));
+        }
+        let dst = (region.addr() + offset as u64) as *mut u8;
+        // SAFETY: `[dst, dst + len)` lies in `region` (checked above),
+        // memory the caller lent this get exclusively (`&mut Buffer`).
+        unsafe { local.read(link, &lease.src, dst) }
+    }
+}
+
+/// A buffer range named for a PUT or GET: by the network data plane, and
+/// by cross-memory attach where this process may use it.
+struct Descs {
+    net: String,
+    cma: Option<String>,
+}
+
+impl Descs {
+    fn pick(&self, cma: bool) -> &str {
+        match (&self.cma, cma) {
+            (Some(c), true) => c,
+            _ => &self.net,
+        }
+    }
+}
+
+/// Whether a read of `lease` was checked by the node as it was served
+/// (TCP: a read after the lease ended fails with STALE). Over RDMA and
+/// CMA the node cannot see the read: the bytes count only if RELEASE
+/// confirms the lease was still live, i.e. the value stayed pinned for the
+/// whole read. That costs one round trip per GET (or batch).
+fn guarded(lease: &Lease) -> bool {
+    lease.src.transport == TransportKind::Tcp
+}
+
+/// A `-NOCMA` reply: the request goes again, alone, over the network.
+fn no_cma<T>(r: &Result<T>) -> bool {
+    matches!(r, Err(Error::Server { code, .. }) if code == "NOCMA")
 }
 
 /// A GET's answer: where the value is, the lease pinning it, its length.

@@ -29,6 +29,7 @@
 
 mod buffer;
 mod client;
+mod cma;
 mod conn;
 mod error;
 mod node;

@@ -1,12 +1,14 @@
 //! One node as the client sees it: its lazily opened command connection
 //! and whether it failed recently. Knows nothing about slots.
 
-use std::sync::Mutex as SyncMutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::{Duration, Instant};
 
 use redis_protocol::resp2::types::BytesFrame;
 use tokio::sync::Mutex;
 
+use crate::cma::{self, Link, Local};
 use crate::conn::Conn;
 use crate::{Error, Result};
 
@@ -33,16 +35,52 @@ pub(crate) struct Node {
     down_at: SyncMutex<Option<Instant>>,
     io_timeout: Duration,
     connect_timeout: Duration,
+    /// This process's CMA side, when the client may use it.
+    cma_local: Option<Arc<Local>>,
+    /// CMA with this node on the current connection (set up on connect).
+    cma: SyncMutex<Option<Link>>,
+    /// The node could not read this process: PUTs go over the network.
+    cma_put_refused: AtomicBool,
+    /// The choice of data plane was logged.
+    cma_logged: AtomicBool,
 }
 
 impl Node {
-    pub(crate) fn new(addr: &str, io_timeout: Duration, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        addr: &str,
+        io_timeout: Duration,
+        connect_timeout: Duration,
+        cma_local: Option<Arc<Local>>,
+    ) -> Self {
         Self {
             addr: addr.to_owned(),
             conn: Mutex::new(None),
             down_at: SyncMutex::new(None),
             io_timeout,
             connect_timeout,
+            cma_local,
+            cma: SyncMutex::new(None),
+            cma_put_refused: AtomicBool::new(false),
+            cma_logged: AtomicBool::new(false),
+        }
+    }
+
+    /// CMA with this node, if set up on its current connection (requests
+    /// sent now may go out on a new one: the node answers `-NOCMA` if that
+    /// one could not set it up, and callers fall back).
+    pub(crate) fn cma_link(&self) -> Option<Link> {
+        *self.cma.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether PUT payloads may be named by `cma` descriptors.
+    pub(crate) fn cma_put(&self) -> bool {
+        self.cma_link().is_some() && !self.cma_put_refused.load(Relaxed)
+    }
+
+    /// The node answered `-NOCMA` to a PUT: its reads of this process fail.
+    pub(crate) fn refuse_cma_put(&self, why: &str) {
+        if !self.cma_put_refused.swap(true, Relaxed) {
+            tracing::info!(node = %self.addr, reason = why, "node cannot read this process; PUTs to it use the network data plane");
         }
     }
 
@@ -109,7 +147,19 @@ impl Node {
                             format!("connect to {} timed out", self.addr),
                         ))
                     })??;
-                slot.insert(conn)
+                let conn = slot.insert(conn);
+                if let Some(local) = &self.cma_local {
+                    let link = cma::handshake(conn, local, &self.addr, &self.cma_logged).await;
+                    let link = match link {
+                        Ok(link) => link,
+                        Err(e) => {
+                            *slot = None;
+                            return Err(e);
+                        }
+                    };
+                    *self.cma.lock().unwrap_or_else(|e| e.into_inner()) = link;
+                }
+                slot.as_mut().expect("just inserted")
             }
         };
         let outcome = async {

@@ -45,6 +45,8 @@ pub(crate) struct Router {
     map: RwLock<Snapshot>,
     /// Held while a refresh runs; when the last one started.
     refreshing: tokio::sync::Mutex<Option<Instant>>,
+    /// This process's side of cross-memory attach (`ClientConfig::cma`).
+    pub(crate) cma: Option<Arc<crate::cma::Local>>,
 }
 
 impl Router {
@@ -61,6 +63,7 @@ impl Router {
                 map: Arc::new(SlotMap::single(&first, true)),
                 generation: 0,
             }),
+            cma: cfg.cma.then(crate::cma::Local::new).flatten().map(Arc::new),
             cfg,
             nodes: Mutex::new(HashMap::new()),
             refreshing: tokio::sync::Mutex::new(None),
@@ -142,7 +145,12 @@ impl Router {
         } else {
             io_timeout
         };
-        let node = Arc::new(Node::new(addr, io_timeout, connect_timeout));
+        let node = Arc::new(Node::new(
+            addr,
+            io_timeout,
+            connect_timeout,
+            self.cma.clone(),
+        ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node
     }

@@ -113,6 +113,9 @@ async fn rdma_client(side: &Side, node: &RdmaNode) -> Client {
         device_name: Some(side.dev.clone()),
         fallback_tcp: false,
     };
+    // Client and nodes share the VM: without this they would move payloads
+    // by cross-memory attach, and RDMA would go untested.
+    cfg.cma = false;
     cfg.timeout = PATIENCE;
     Client::connect_with(cfg)
         .await
@@ -295,6 +298,7 @@ async fn helper_put_then_get_killed() {
         device_name: Some(s0.dev.clone()),
         fallback_tcp: false,
     };
+    cfg.cma = false;
     let c = Client::connect_with(cfg).await.expect("connect");
     let mut buf = c.alloc(HELPER_LEN).expect("alloc");
     buf.as_mut_slice()

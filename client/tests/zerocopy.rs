@@ -223,7 +223,8 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
     let used_before = info_field(&observer, "tiers", "dram_used_bytes").await;
     let mut caught = 0;
     for _ in 0..5 {
-        let victim = node.client().await;
+        // Over TCP: the test watches the node dial the client's data plane.
+        let victim = node.network_client().await;
         let mut b = victim.alloc(64 * MIB).expect("alloc");
         b.as_mut_slice().fill(0xee);
         let victim = Arc::new(victim);

@@ -7,9 +7,14 @@
 //! tcp://127.0.0.1:7400/7f0012340000+1048576#9a3c01ee@17
 //! ```
 //!
-//! * `transport` is `tcp` or `rdma`;
+//! * `transport` is `tcp`, `rdma` or `cma`;
 //! * `endpoint` is `host:port` of the data-plane listener; `host` is a name or
-//!   IPv4 address (`[A-Za-z0-9._-]+`) or a bracketed IPv6 address;
+//!   IPv4 address (`[A-Za-z0-9._-]+`) or a bracketed IPv6 address. For `cma`
+//!   (cross-memory attach: the reader copies straight out of the owner
+//!   process with `process_vm_readv`) it is `<pid>:<start>` instead, both
+//!   decimal: the owner's process id (not 0) and its start time in clock
+//!   ticks after boot (`/proc/<pid>/stat` field 22), so that a recycled pid
+//!   is never read: `cma://4242:918273/7f0012340000+4096#00000001@3`;
 //! * `addr` is lowercase hex without `0x` (at most 16 significant digits);
 //! * `len` is decimal, and `addr + len` must not overflow `u64`;
 //! * `rkey` is exactly 8 lowercase hex digits;
@@ -35,6 +40,8 @@ pub enum TransportKind {
     Tcp,
     /// RDMA READ over verbs.
     Rdma,
+    /// Cross-memory attach between processes on one host.
+    Cma,
 }
 
 impl TransportKind {
@@ -43,6 +50,7 @@ impl TransportKind {
         match self {
             Self::Tcp => "tcp",
             Self::Rdma => "rdma",
+            Self::Cma => "cma",
         }
     }
 }
@@ -110,7 +118,7 @@ pub enum DescError {
     Invalid(Field),
     #[error("descriptor {0} does not fit in its type")]
     Overflow(Field),
-    #[error("unknown transport (expected tcp or rdma)")]
+    #[error("unknown transport (expected tcp, rdma or cma)")]
     UnknownTransport,
     #[error("descriptor addr + len overflows u64")]
     RangeOverflow,
@@ -126,7 +134,11 @@ impl Descriptor {
         }
         let mut cur = Cursor { rest: input };
         let transport = parse_transport(&mut cur)?;
-        let endpoint = parse_endpoint(&mut cur)?;
+        let endpoint = if transport == TransportKind::Cma {
+            parse_process(&mut cur)?
+        } else {
+            parse_endpoint(&mut cur)?
+        };
         let addr = cur.number(Field::Addr, 16, Some(b'+'))?;
         let len = cur.number(Field::Len, 10, Some(b'#'))?;
         addr.checked_add(len).ok_or(DescError::RangeOverflow)?;
@@ -147,6 +159,21 @@ impl Descriptor {
             rkey,
             epoch,
         })
+    }
+
+    /// A `cma` descriptor's owner: (pid, start time in clock ticks).
+    pub fn process(&self) -> Option<(u32, u64)> {
+        if self.transport != TransportKind::Cma {
+            return None;
+        }
+        let (pid, start) = self.endpoint.split_once(':')?;
+        Some((pid.parse().ok()?, start.parse().ok()?))
+    }
+
+    /// The endpoint of a `cma` descriptor for process `pid` started at
+    /// `start` (clock ticks after boot).
+    pub fn process_endpoint(pid: u32, start: u64) -> String {
+        format!("{pid}:{start}")
     }
 
     /// Exclusive end of the range. Never overflows for a parsed descriptor.
@@ -271,6 +298,7 @@ fn parse_transport(cur: &mut Cursor<'_>) -> Result<TransportKind, DescError> {
         None | Some(b"") => Err(DescError::Missing(Field::Transport)),
         Some(b"tcp") => Ok(TransportKind::Tcp),
         Some(b"rdma") => Ok(TransportKind::Rdma),
+        Some(b"cma") => Ok(TransportKind::Cma),
         Some(_) => Err(DescError::UnknownTransport),
     }
 }
@@ -299,6 +327,16 @@ fn parse_endpoint(cur: &mut Cursor<'_>) -> Result<String, DescError> {
     parse_port(port)?;
     // Every byte was checked to be ASCII above.
     String::from_utf8(endpoint.to_vec()).map_err(|_| DescError::Invalid(Field::Endpoint))
+}
+
+/// `<pid>:<start>` of a `cma` descriptor, both decimal, pid in 1..=u32::MAX.
+fn parse_process(cur: &mut Cursor<'_>) -> Result<String, DescError> {
+    let pid = cur.number(Field::Endpoint, 10, Some(b':'))?;
+    if pid == 0 || pid > u64::from(u32::MAX) {
+        return Err(DescError::Invalid(Field::Endpoint));
+    }
+    let start = cur.number(Field::Port, 10, Some(b'/'))?;
+    Ok(Descriptor::process_endpoint(pid as u32, start))
 }
 
 fn valid_host(host: &[u8]) -> bool {
@@ -398,10 +436,51 @@ mod tests {
             "tcp://[::1]:65535/ffffffffffffffff+0#ffffffff@0",
             "tcp://h:7/0+18446744073709551615#0000000a@18446744073709551615",
             "tcp://[fe80::1:2]:80/10+1#deadbeef",
+            "cma://4242:918273/7f0012340000+4096#00000001@3",
+            "cma://4294967295:18446744073709551615/0+0#00000000",
         ];
         for s in ok {
             let d = Descriptor::parse(s.as_bytes()).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(d.to_string(), s);
+        }
+        let d = Descriptor::parse(b"cma://4242:918273/10+1#00000000").unwrap();
+        assert_eq!(d.process(), Some((4242, 918273)));
+        assert_eq!(
+            example().process(),
+            None,
+            "a tcp descriptor names no process"
+        );
+    }
+
+    #[test]
+    fn refuses_bad_cma_processes() {
+        let bad: &[(&[u8], DescError)] = &[
+            (
+                b"cma://0:5/10+1#00000000",
+                DescError::Invalid(Field::Endpoint),
+            ),
+            (
+                b"cma://4294967296:5/10+1#00000000",
+                DescError::Invalid(Field::Endpoint),
+            ),
+            (
+                b"cma://12/10+1#00000000",
+                DescError::Invalid(Field::Endpoint),
+            ),
+            (b"cma://12:/10+1#00000000", DescError::Missing(Field::Port)),
+            (
+                b"cma://h:7/10+1#00000000",
+                DescError::Invalid(Field::Endpoint),
+            ),
+            (b"cma://12:x/10+1#00000000", DescError::Invalid(Field::Port)),
+        ];
+        for (input, want) in bad {
+            assert_eq!(
+                Descriptor::parse(input).as_ref(),
+                Err(want),
+                "{}",
+                String::from_utf8_lossy(input)
+            );
         }
     }
 

@@ -34,6 +34,10 @@ pub enum ErrorCode {
     CrossSlot,
     /// This node serves no slots yet (not joined, or lost the cluster).
     ClusterDown,
+    /// Cross-memory attach is not available here: off on the node, not
+    /// proven on this connection (`STRATA.CMA`), or the read not permitted.
+    /// Use the network data plane.
+    NoCma,
 }
 
 impl ErrorCode {
@@ -53,6 +57,7 @@ impl ErrorCode {
             ErrorCode::Moved => "MOVED",
             ErrorCode::CrossSlot => "CROSSSLOT",
             ErrorCode::ClusterDown => "CLUSTERDOWN",
+            ErrorCode::NoCma => "NOCMA",
         }
     }
 }

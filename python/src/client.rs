@@ -70,7 +70,7 @@ impl NativeClient {
 impl NativeClient {
     #[new]
     #[pyo3(signature = (seeds, data_bind, retry_attempts, timeout_ms, failover,
-                        failover_timeout_ms, health_check_interval_ms, threads))]
+                        failover_timeout_ms, health_check_interval_ms, threads, cma=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -82,6 +82,7 @@ impl NativeClient {
         failover_timeout_ms: u64,
         health_check_interval_ms: u64,
         threads: usize,
+        cma: bool,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -98,6 +99,7 @@ impl NativeClient {
         cfg.failover_enabled = failover;
         cfg.failover_timeout_ms = failover_timeout_ms;
         cfg.health_check_interval_ms = health_check_interval_ms;
+        cfg.cma = cma;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("strata-py")

@@ -42,6 +42,7 @@ class Client:
             c.failover_timeout_ms,
             c.health_check_interval_ms,
             c.threads,
+            c.cma,
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -20,6 +20,9 @@ class ClientConfig:
     from them. ``inline_max_bytes``: ``put`` sends values up to this size
     inline on the command connection (one round trip) and larger ones
     zero-copy. ``threads``: tokio worker threads behind this client.
+    ``cma``: with nodes on this host, move payloads by cross-memory attach
+    where both processes may (same user and pid namespace); ``False`` keeps
+    every node on the network data plane.
     """
 
     seeds: List[str] = field(default_factory=lambda: ["127.0.0.1:7379"])
@@ -31,6 +34,7 @@ class ClientConfig:
     health_check_interval_ms: int = 2_000
     threads: int = 2
     inline_max_bytes: int = 16 * 1024
+    cma: bool = True
 
     @classmethod
     def from_env(cls, prefix: str = "STRATA_") -> "ClientConfig":

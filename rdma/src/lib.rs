@@ -11,6 +11,7 @@
 //! never interprets payloads and never imports `tiering` (the store plugs in
 //! through [`ReadGuard`]).
 
+pub mod cma;
 mod dataplane;
 mod error;
 pub mod faulty;

@@ -102,6 +102,10 @@ const KEYS: &[(&str, &str)] = &[
         "with protocol rdma: use tcp (and warn) when no RDMA device works",
     ),
     (
+        "cma",
+        "same-host clients read and write by cross-memory attach: auto or off",
+    ),
+    (
         "log_level",
         "tracing filter, e.g. info or strata_server=debug",
     ),
@@ -215,6 +219,9 @@ pub struct Cli {
     /// With rdma: start on TCP with a warning when no device works [default: false].
     #[arg(long, env = "STRATA_RDMA_FALLBACK_TCP")]
     rdma_fallback_tcp: Option<String>,
+    /// Same-host clients move payloads by cross-memory attach: auto or off [default: auto].
+    #[arg(long, env = "STRATA_CMA")]
+    cma: Option<String>,
     /// A tracing filter, e.g. debug or strata_server=debug [default: info].
     #[arg(long, env = "STRATA_LOG_LEVEL")]
     log_level: Option<String>,
@@ -261,6 +268,7 @@ impl Cli {
             ("protocol", self.protocol.as_ref()),
             ("device_name", self.device_name.as_ref()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
+            ("cma", self.cma.as_ref()),
             ("log_level", self.log_level.as_ref()),
         ]
     }
@@ -312,6 +320,9 @@ pub struct Config {
     /// when no RDMA device works. Off by default: a node silently on TCP
     /// is a performance incident nobody asked for.
     pub rdma_fallback_tcp: bool,
+    /// `auto`: offer cross-memory attach to clients on this host that prove
+    /// it works (`STRATA.CMA`); `off`: never.
+    pub cma: String,
     pub log_level: String,
 }
 
@@ -384,6 +395,7 @@ impl Default for Config {
             protocol: "tcp".into(),
             device_name: String::new(),
             rdma_fallback_tcp: false,
+            cma: "auto".into(),
             log_level: "info".into(),
         }
     }
@@ -668,6 +680,12 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             cfg.protocol = v.into();
         }
         "device_name" => cfg.device_name = name(v, true)?,
+        "cma" => {
+            if v != "auto" && v != "off" {
+                return Err(format!("{v:?} is not a cma mode (allowed: auto, off)"));
+            }
+            cfg.cma = v.into();
+        }
         "rdma_fallback_tcp" => {
             cfg.rdma_fallback_tcp = match v.trim() {
                 "true" | "1" | "yes" => true,
@@ -789,6 +807,7 @@ impl Config {
             ("protocol", self.protocol.clone()),
             ("device_name", self.device_name.clone()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),
+            ("cma", self.cma.clone()),
             ("log_level", self.log_level.clone()),
             // redis-benchmark asks for these at start; we persist nothing.
             ("save", String::new()),

@@ -61,6 +61,11 @@ pub struct Session {
     pub quit: bool,
     /// Leases this connection holds; released when it closes.
     pub leases: HashSet<u64>,
+    /// The nonce `STRATA.CMA HELLO` gave this connection, until proven.
+    pub cma_nonce: Option<[u8; crate::cma::NONCE_BYTES]>,
+    /// The process (pid, start time) that proved itself with it: the only
+    /// one whose memory `cma` descriptors on this connection may name.
+    pub cma_peer: Option<(u32, u64)>,
 }
 
 /// A piece of queued reply output.
@@ -105,6 +110,8 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         authed: node.cfg.requirepass.is_none(),
         quit: false,
         leases: HashSet::new(),
+        cma_nonce: None,
+        cma_peer: None,
     };
     let mut conn = Conn {
         node,

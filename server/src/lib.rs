@@ -8,6 +8,7 @@
 //! holds what all connections share, `metrics` and `http` export figures.
 
 pub mod cluster;
+pub mod cma;
 pub mod cmd;
 pub mod config;
 pub mod connection;

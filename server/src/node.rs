@@ -49,6 +49,8 @@ pub struct Node {
     /// The data plane (TCP or RDMA, from `protocol`): serves reads of the
     /// arena, pulls PUT payloads.
     pub transport: Arc<DataPlane>,
+    /// Cross-memory attach for same-host clients (`cma: auto`).
+    pub cma: Option<Arc<crate::cma::Cma>>,
     pub leases: Arc<Leases>,
     /// Placement and routing.
     pub cluster: Cluster,
@@ -169,6 +171,7 @@ impl Node {
             spill: lower.as_ref().map(|l| l.spill.clone()),
             lower,
             transport,
+            cma: crate::cma::Cma::start(&cfg.cma).map(Arc::new),
             leases,
             cfg,
             started: Instant::now(),

@@ -136,6 +136,16 @@ impl Node {
     pub async fn client(&self) -> Client {
         Client::connect(self.addr()).await.expect("connect")
     }
+
+    /// A client that keeps to the network data plane even on this host
+    /// (no cross-memory attach): for tests of the TCP data plane itself.
+    pub async fn network_client(&self) -> Client {
+        let cfg = strata_client::ClientConfig {
+            cma: false,
+            ..strata_client::ClientConfig::new(self.addr())
+        };
+        Client::connect_with(cfg).await.expect("connect")
+    }
 }
 
 impl Drop for Node {

@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
-use strata_rdma::Transport;
+use strata_rdma::{Transport, TransportKind};
 use strata_tiering::Value;
 
 use super::{desc_arg, store_error, transfer_error, Ctx, Out};
@@ -32,7 +32,15 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
 
 fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandError> {
     let dst = desc_arg(desc)?;
-    if dst.transport != ctx.node.transport.kind() {
+    let cma = dst.transport == TransportKind::Cma;
+    if cma {
+        if ctx.node.cma.is_none() || ctx.session.cma_peer.is_none() {
+            return Err(CommandError::new(
+                ErrorCode::NoCma,
+                "cross-memory attach is not set up on this connection (STRATA.CMA)",
+            ));
+        }
+    } else if dst.transport != ctx.node.transport.kind() {
         return Err(CommandError::new(
             ErrorCode::BadDesc,
             format!(
@@ -58,7 +66,7 @@ fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandErr
             ),
         ));
     }
-    let (src, id) = grant(ctx, value)?;
+    let (src, id) = grant(ctx, value, cma)?;
     Ok(Reply::Array(vec![
         Reply::text(&src.0),
         Reply::Int(id as i64),
@@ -67,8 +75,10 @@ fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandErr
 }
 
 /// Leases `value` to this connection; returns (source descriptor, len) and
-/// the lease id.
-fn grant(ctx: &mut Ctx<'_>, value: Value) -> Result<((String, u64), u64), CommandError> {
+/// the lease id. With `cma` the source is a `cma` descriptor of this
+/// process: the client copies the value out itself and confirms the lease
+/// with RELEASE afterwards (the node cannot see the read).
+fn grant(ctx: &mut Ctx<'_>, value: Value, cma: bool) -> Result<((String, u64), u64), CommandError> {
     let node = ctx.node;
     if ctx.session.leases.len() >= node.cfg.max_leases as usize {
         return Err(CommandError::new(
@@ -84,10 +94,19 @@ fn grant(ctx: &mut Ctx<'_>, value: Value) -> Result<((String, u64), u64), Comman
     let (id, tokens) = node
         .leases
         .grant(vec![value], ctx.now_ms + node.cfg.lease_ttl_ms);
-    let src = match node
-        .transport
-        .describe(&node.arena_region, offset, len, Some(tokens[0]))
-    {
+    let described = match node.cma.as_ref().filter(|_| cma) {
+        Some(c) => Ok(strata_rdma::cma::describe(
+            &c.me,
+            node.arena_region.addr() + offset,
+            len,
+            node.arena_region.rkey(),
+            Some(tokens[0]),
+        )),
+        None => node
+            .transport
+            .describe(&node.arena_region, offset, len, Some(tokens[0])),
+    };
+    let src = match described {
         Ok(src) => src,
         Err(e) => {
             node.leases.release(id);

@@ -136,6 +136,18 @@ fn render(node: &Node, section: &str, out: &mut String) {
             let ts = node.transport.stats();
             line(out, "data_reads_served", ts.reads_served.load(Relaxed));
             line(out, "data_reads_refused", ts.reads_refused.load(Relaxed));
+            match &node.cma {
+                Some(c) => {
+                    let r = c.reader.stats();
+                    line(out, "cma_enabled", 1);
+                    line(out, "cma_sessions", c.sessions.load(Relaxed));
+                    line(out, "cma_refused", c.refused.load(Relaxed));
+                    line(out, "cma_reads", r.reads.load(Relaxed));
+                    line(out, "cma_read_bytes", r.bytes.load(Relaxed));
+                    line(out, "cma_read_errors", r.errors.load(Relaxed));
+                }
+                None => line(out, "cma_enabled", 0),
+            }
         }
         "tiers" => {
             out.push_str("# Tiers\r\n");

@@ -45,6 +45,7 @@ mod scan;
 mod select;
 mod set;
 mod strata_apply;
+mod strata_cma;
 mod strata_handoff;
 mod strata_meta;
 mod strata_replicate;
@@ -389,6 +390,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("SELECT", 2, NO_KEYS, "connection", "Selects database 0 (the only one).", select::run),
     write(spec("SET", -3, ONE_KEY, "string", "Sets a key's value.", set::run)),
     write(spec("STRATA.APPLY", -3, NO_KEYS, "strata", "Internal: applies a forwarded delete or TTL change.", strata_apply::run)),
+    spec("STRATA.CMA", -2, NO_KEYS, "strata", "Sets up cross-memory attach for a same-host client (HELLO, PROVE).", strata_cma::run),
     spec("STRATA.HANDOFF", 3, NO_KEYS, "strata", "Internal: pushes a key to the node now holding its slot.", strata_handoff::run),
     spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum, epoch and version of a value.", strata_meta::run),
     write(spec("STRATA.REPLICATE", 5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),

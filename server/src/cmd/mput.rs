@@ -7,10 +7,10 @@
 
 use bytes::Bytes;
 use strata_proto::{CommandError, Reply};
-use strata_rdma::{ReadOp, Transport};
+use strata_rdma::{ReadOp, Transport, TransportKind};
 use strata_tiering::{Condition, Expiry};
 
-use super::put::prepare;
+use super::put::{cma_pull, prepare};
 use super::{own_key, transfer_error, Ctx, Out};
 use crate::cluster::replicate;
 use crate::node::now_ms;
@@ -38,7 +38,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let mut replies: Vec<Option<Reply>> = Vec::with_capacity(pairs.len() / 2);
     let mut pulls = Vec::with_capacity(pairs.len() / 2);
     for (i, kv) in pairs.chunks_exact(2).enumerate() {
-        match prepare(&node, &kv[1]) {
+        match prepare(&node, ctx.session.cma_peer, &kv[1]) {
             Ok((desc, res)) => {
                 let key = own_key(&kv[0]);
                 let targets = if internal {
@@ -53,9 +53,12 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
     }
     Out::Later(Box::pin(async move {
+        // Payloads named by `cma` descriptors are copied here and now;
+        // the others go to the data plane as one batch.
+        let network = |d: &strata_rdma::Descriptor| d.len > 0 && d.transport != TransportKind::Cma;
         let ops: Vec<ReadOp<'_>> = pulls
             .iter()
-            .filter(|p| p.2.len > 0)
+            .filter(|p| network(&p.2))
             .map(|(_, _, desc, res, _)| ReadOp {
                 src: desc,
                 dst: &node.arena_region,
@@ -67,13 +70,17 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         let mut writes = Vec::with_capacity(pulls.len());
         for (i, key, desc, res, targets) in pulls {
             // Zero-length values need no read.
-            let pulled = if desc.len > 0 {
-                read.next().expect("one result per read")
+            let pulled = if network(&desc) {
+                read.next()
+                    .expect("one result per read")
+                    .map_err(transfer_error)
+            } else if desc.len > 0 {
+                cma_pull(&node, &desc, &res)
             } else {
                 Ok(())
             };
             if let Err(e) = pulled {
-                replies[i] = Some(transfer_error(e).into());
+                replies[i] = Some(e.into());
                 continue;
             }
             let now = now_ms();

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
-use strata_rdma::{Descriptor, Transport};
+use strata_rdma::{Descriptor, Transport, TransportKind};
 use strata_tiering::{Condition, Expiry, Reservation};
 
 use super::{desc_arg, int_arg, own_key, store_error, transfer_error, Ctx, Out};
@@ -30,7 +30,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if cond == Condition::IfAbsent && store.exists(&args[1], ctx.now_ms) {
         return Reply::Nil.into();
     }
-    let (desc, res) = match prepare(ctx.node, &args[2]) {
+    let (desc, res) = match prepare(ctx.node, ctx.session.cma_peer, &args[2]) {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
@@ -65,10 +65,29 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }))
 }
 
-/// Checks a client descriptor and reserves room for its bytes.
-pub fn prepare(node: &Node, desc: &[u8]) -> Result<(Descriptor, Reservation), CommandError> {
+/// Checks a client descriptor and reserves room for its bytes. A `cma`
+/// descriptor must name the process that proved itself on this connection
+/// (`cma_peer`, see `STRATA.CMA`).
+pub fn prepare(
+    node: &Node,
+    cma_peer: Option<(u32, u64)>,
+    desc: &[u8],
+) -> Result<(Descriptor, Reservation), CommandError> {
     let desc = desc_arg(desc)?;
-    if desc.transport != node.transport.kind() {
+    if desc.transport == TransportKind::Cma {
+        if node.cma.is_none() {
+            return Err(CommandError::new(
+                ErrorCode::NoCma,
+                "cross-memory attach is off on this node (cma: off)",
+            ));
+        }
+        if cma_peer.is_none() || desc.process() != cma_peer {
+            return Err(CommandError::new(
+                ErrorCode::NoCma,
+                "the cma descriptor names a process that has not proven itself on this connection (STRATA.CMA)",
+            ));
+        }
+    } else if desc.transport != node.transport.kind() {
         return Err(CommandError::new(
             ErrorCode::BadDesc,
             format!(
@@ -93,11 +112,34 @@ pub async fn pull(node: &Node, desc: &Descriptor, res: &Reservation) -> Result<(
     if desc.len == 0 {
         return Ok(());
     }
+    if desc.transport == TransportKind::Cma {
+        return cma_pull(node, desc, res);
+    }
     let offset = node.arena_offset(res.addr());
     node.transport
         .read(desc, &node.arena_region, offset)
         .await
         .map_err(transfer_error)
+}
+
+/// The payload of a `cma` descriptor, copied out of the client process.
+/// A read the kernel does not permit is `-NOCMA`: the client goes on over
+/// the network.
+pub fn cma_pull(node: &Node, desc: &Descriptor, res: &Reservation) -> Result<(), CommandError> {
+    let Some(cma) = &node.cma else {
+        return Err(CommandError::new(ErrorCode::NoCma, "cma: off"));
+    };
+    // SAFETY: the reservation is `desc.len` bytes of arena memory that
+    // nothing else reads or writes until it is committed or dropped, and
+    // it outlives this synchronous call.
+    match unsafe { cma.read(desc, res.addr() as *mut u8) } {
+        Ok(()) => Ok(()),
+        Err(strata_rdma::TransferError::Io(e)) => Err(CommandError::new(
+            ErrorCode::NoCma,
+            format!("cannot read the client process: {e}"),
+        )),
+        Err(e) => Err(transfer_error(e)),
+    }
 }
 
 fn parse_options(

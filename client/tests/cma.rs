@@ -1,0 +1,406 @@
+//! Cross-memory attach between a client and a node on this host, against
+//! the real binary: byte-exact round trips with no network data-plane
+//! read, batches, leases that end before RELEASE, a client process that
+//! dies before the node reads it, a client of another user, and either
+//! side turning it off.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{info_field, pattern, Node};
+use strata_client::{Client, ClientConfig};
+use strata_rdma::cma::{CmaReader, Identity};
+use strata_rdma::Descriptor;
+
+const MIB: usize = 1 << 20;
+
+async fn round_trip(c: &Client, key: &str, len: usize) {
+    let value = pattern(key.as_bytes(), len);
+    let mut src = c.alloc(len).expect("alloc");
+    src.as_mut_slice().copy_from_slice(&value);
+    c.put_from(key.as_bytes(), &src, 0..len)
+        .await
+        .expect("put_from");
+    let mut dst = c.alloc(len + 64).expect("alloc");
+    let n = c
+        .get_into(key.as_bytes(), &mut dst, 64)
+        .await
+        .expect("get_into");
+    assert_eq!(n, len, "{key}: length");
+    assert!(
+        dst.as_slice()[64..] == value[..],
+        "{key}: {len} bytes differ"
+    );
+    assert!(
+        dst.as_slice()[..64].iter().all(|&b| b == 0),
+        "{key}: wrote before the offset"
+    );
+}
+
+/// Sizes from 1 byte to 64 MiB, one at a time and in batches: every byte
+/// right, the node's PUT reads all by CMA, and no GET read over TCP.
+#[tokio::test]
+async fn round_trips_go_by_cma_byte_exact() {
+    let node = Node::start(&["--cpu-memory-pool-size", "512MiB"]);
+    let c = node.client().await;
+    let sizes = [1, 100, 4096, 65536, MIB, 4 * MIB + 3, 64 * MIB];
+    for len in sizes {
+        round_trip(&c, &format!("cma-{len}"), len).await;
+    }
+    // Batches: one MPUT, pipelined GETs.
+    let bufs: Vec<_> = (0..32)
+        .map(|i| {
+            let mut b = c.alloc(65536).expect("alloc");
+            b.as_mut_slice()
+                .copy_from_slice(&pattern(format!("b{i}").as_bytes(), 65536));
+            b
+        })
+        .collect();
+    let items: Vec<_> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (format!("b{i}"), b, 0..65536))
+        .collect();
+    for r in c.put_many(&items).await {
+        r.expect("put_many");
+    }
+    let mut dsts: Vec<_> = (0..32).map(|_| c.alloc(65536).expect("alloc")).collect();
+    let mut gets: Vec<_> = dsts
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| (format!("b{i}"), b, 0))
+        .collect();
+    for (i, r) in c.get_many(&mut gets).await.into_iter().enumerate() {
+        assert_eq!(r.expect("get_many"), 65536);
+        assert!(gets[i].1.as_slice() == &pattern(format!("b{i}").as_bytes(), 65536)[..]);
+    }
+    assert_eq!(info_field(&c, "stats", "cma_enabled").await, 1);
+    assert!(info_field(&c, "stats", "cma_sessions").await >= 1);
+    let reads = info_field(&c, "stats", "cma_reads").await;
+    assert!(reads >= (sizes.len() + 32) as u64, "{reads} CMA reads");
+    assert_eq!(
+        info_field(&c, "stats", "data_reads_served").await,
+        0,
+        "a GET read over TCP"
+    );
+    assert_eq!(info_field(&c, "stats", "cma_read_errors").await, 0);
+    assert_eq!(
+        c.data_plane_stats()
+            .connections_accepted
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the node dialled the client's TCP data plane"
+    );
+}
+
+/// `cma: off` on the node, or `cma: false` in the client: the network data
+/// plane, with the same bytes.
+#[tokio::test]
+async fn off_on_either_side_uses_the_network() {
+    let node = Node::start(&["--cma", "off"]);
+    let c = node.client().await;
+    round_trip(&c, "off-node", MIB).await;
+    assert_eq!(info_field(&c, "stats", "cma_enabled").await, 0);
+    assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
+
+    let node = Node::start(&[]);
+    let c = node.network_client().await;
+    round_trip(&c, "off-client", MIB).await;
+    assert_eq!(info_field(&c, "stats", "cma_sessions").await, 0);
+    assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
+}
+
+/// A raw RESP connection that has proven this process to the node.
+struct Raw {
+    con: redis::Connection,
+    node_pid: u32,
+}
+
+fn prove(port: u16) -> Raw {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let hello: Vec<redis::Value> = redis::cmd("STRATA.CMA")
+        .arg("HELLO")
+        .query(&mut con)
+        .unwrap();
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+        redis::Value::SimpleString(s) => s.clone(),
+        other => panic!("{other:?}"),
+    };
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => *n,
+        other => panic!("{other:?}"),
+    };
+    let nonce_hex = text(&hello[7]);
+    let nonce: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&nonce_hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let me = Identity::current().unwrap();
+    let proof = nonce.clone();
+    let ok: String = redis::cmd("STRATA.CMA")
+        .arg("PROVE")
+        .arg(me.pid)
+        .arg(me.start)
+        .arg(format!("{:x}", proof.as_ptr() as u64))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    drop(proof);
+    Raw {
+        con,
+        node_pid: int(&hello[3]) as u32,
+    }
+}
+
+/// A lease that ended before the client's RELEASE (its TTL ran out while
+/// the client was reading) counts 0: the client must not trust the bytes
+/// (the Rust client answers STALE and reads again). One still live counts
+/// 1, and its bytes are the value's as of the GET, even when the key was
+/// overwritten meanwhile (the lease pins them).
+#[tokio::test]
+async fn leases_are_confirmed_by_release() {
+    let node = Node::start(&["--lease-ttl-ms", "300"]);
+    let mut raw = prove(node.port);
+    let old = pattern(b"lk", 8192);
+    let _: () = redis::cmd("SET")
+        .arg("lk")
+        .arg(&old)
+        .query(&mut raw.con)
+        .unwrap();
+    let me = Identity::current().unwrap();
+    let mut dst = vec![0u8; 8192];
+    let dst_desc = strata_rdma::cma::describe(&me, dst.as_mut_ptr() as u64, 8192, 0, None);
+    let get = |con: &mut redis::Connection| -> (Descriptor, i64) {
+        let (src, lease, len): (String, i64, i64) = redis::cmd("GET")
+            .arg("lk")
+            .arg(dst_desc.to_string())
+            .query(con)
+            .unwrap();
+        assert_eq!(len, 8192);
+        let src = Descriptor::parse(src.as_bytes()).unwrap();
+        assert_eq!(src.process().map(|p| p.0), Some(raw_pid(&src)));
+        (src, lease)
+    };
+    let reader = CmaReader::new();
+
+    let (src, lease) = get(&mut raw.con);
+    assert_eq!(src.process().unwrap().0, raw.node_pid);
+    let _: () = redis::cmd("SET")
+        .arg("lk")
+        .arg(b"new")
+        .query(&mut raw.con)
+        .unwrap();
+    // SAFETY: `dst` is ours and 8192 bytes long.
+    unsafe { reader.read(&src, dst.as_mut_ptr()) }.unwrap();
+    let live: i64 = redis::cmd("RELEASE")
+        .arg(lease)
+        .query(&mut raw.con)
+        .unwrap();
+    assert_eq!(live, 1);
+    assert!(
+        dst == old,
+        "a live lease's bytes are the value as of the GET"
+    );
+
+    let _: () = redis::cmd("SET")
+        .arg("lk")
+        .arg(&old)
+        .query(&mut raw.con)
+        .unwrap();
+    let (_, lease) = get(&mut raw.con);
+    std::thread::sleep(Duration::from_millis(600));
+    let live: i64 = redis::cmd("RELEASE")
+        .arg(lease)
+        .query(&mut raw.con)
+        .unwrap();
+    assert_eq!(live, 0, "a lease past its TTL is not confirmed");
+}
+
+fn raw_pid(src: &Descriptor) -> u32 {
+    src.process().unwrap().0
+}
+
+/// The `cma` descriptors of a connection can only name the process that
+/// proved itself on it; an unproven connection gets `-NOCMA`.
+#[tokio::test]
+async fn descriptors_of_unproven_processes_are_refused() {
+    let node = Node::start(&[]);
+    let me = Identity::current().unwrap();
+    let buf = vec![7u8; 4096];
+    let desc = strata_rdma::cma::describe(&me, buf.as_ptr() as u64, 4096, 0, None).to_string();
+    let mut con = redis::Client::open(format!("redis://{}", node.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let r: redis::RedisResult<()> = redis::cmd("PUT").arg("k").arg(&desc).query(&mut con);
+    let e = r.unwrap_err();
+    assert_eq!(e.code(), Some("NOCMA"), "{e}");
+    let r: redis::RedisResult<()> = redis::cmd("GET").arg("k").arg(&desc).query(&mut con);
+    assert_eq!(r.unwrap_err().code(), Some("NOCMA"));
+    // Proven, but naming another process (pid 1): refused, nothing stored.
+    let mut raw = prove(node.port);
+    let other = Descriptor {
+        endpoint: Descriptor::process_endpoint(1, 1),
+        ..Descriptor::parse(desc.as_bytes()).unwrap()
+    };
+    let r: redis::RedisResult<()> = redis::cmd("PUT")
+        .arg("k")
+        .arg(other.to_string())
+        .query(&mut raw.con);
+    assert_eq!(r.unwrap_err().code(), Some("NOCMA"));
+    // An unmapped range of the proven process: BADDESC, nothing stored.
+    let unmapped = Descriptor {
+        addr: 4096,
+        ..Descriptor::parse(desc.as_bytes()).unwrap()
+    };
+    let r: redis::RedisResult<()> = redis::cmd("PUT")
+        .arg("k")
+        .arg(unmapped.to_string())
+        .query(&mut raw.con);
+    assert_eq!(r.unwrap_err().code(), Some("BADDESC"));
+    let n: i64 = redis::cmd("EXISTS").arg("k").query(&mut raw.con).unwrap();
+    assert_eq!(n, 0);
+    // Its own memory works.
+    let ok: String = redis::cmd("PUT")
+        .arg("k")
+        .arg(&desc)
+        .query(&mut raw.con)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let got: Vec<u8> = redis::cmd("GET").arg("k").query(&mut raw.con).unwrap();
+    assert_eq!(got, buf);
+}
+
+/// A client process proves itself, then dies before the node reads its
+/// PUT payload: the PUT fails and nothing is stored (the pid is not read
+/// again, whoever has it next).
+#[tokio::test]
+async fn a_client_process_that_died_leaves_nothing_stored() {
+    let node = Node::start(&[]);
+    let mut con = redis::Client::open(format!("redis://{}", node.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let hello: Vec<redis::Value> = redis::cmd("STRATA.CMA")
+        .arg("HELLO")
+        .query(&mut con)
+        .unwrap();
+    let redis::Value::BulkString(nonce) = &hello[7] else {
+        panic!("{hello:?}")
+    };
+    let nonce = String::from_utf8(nonce.clone()).unwrap();
+    // A child holding the nonce and a payload at addresses it prints.
+    let script = "import ctypes,sys\n\
+                  n=bytes.fromhex(sys.stdin.readline().strip())\n\
+                  b=ctypes.create_string_buffer(n+b'x'*4096,len(n)+4096)\n\
+                  print(ctypes.addressof(b),flush=True)\n\
+                  sys.stdin.readline()\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    writeln!(child.stdin.as_mut().unwrap(), "{nonce}").unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: u64 = line.trim().parse().unwrap();
+    let pid = child.id();
+    let start = strata_rdma::cma::start_time(pid).unwrap();
+    let ok: String = redis::cmd("STRATA.CMA")
+        .arg("PROVE")
+        .arg(pid)
+        .arg(start)
+        .arg(format!("{addr:x}"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let desc = Descriptor {
+        transport: strata_rdma::TransportKind::Cma,
+        endpoint: Descriptor::process_endpoint(pid, start),
+        addr: addr + 16,
+        len: 4096,
+        rkey: 0,
+        epoch: None,
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let r: redis::RedisResult<()> = redis::cmd("PUT")
+        .arg("dead")
+        .arg(desc.to_string())
+        .query(&mut con);
+    assert!(r.is_err(), "a PUT from a dead process succeeded");
+    let n: i64 = redis::cmd("EXISTS").arg("dead").query(&mut con).unwrap();
+    assert_eq!(n, 0);
+    let e: i64 = redis::cmd("INFO")
+        .arg("stats")
+        .query::<String>(&mut con)
+        .map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("cma_read_errors:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .unwrap();
+    assert!(e >= 1);
+}
+
+/// A client of another user never uses CMA with the node (it is never
+/// offered across users) and is served over TCP, with the same bytes.
+/// Needs root (to run the client as `nobody`).
+#[tokio::test]
+async fn a_client_of_another_user_is_served_over_tcp() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let bench = common::server_bin().with_file_name("strata-bench");
+    assert!(
+        bench.is_file(),
+        "build strata-bench first: {}",
+        bench.display()
+    );
+    let node = Node::start(&[]);
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bench)
+        .args([
+            "--addr",
+            &node.addr(),
+            "--api",
+            "zerocopy",
+            "--sizes",
+            "1MiB",
+        ])
+        .args(["--keys", "20", "--ops", "20"])
+        .output()
+        .expect("setpriv");
+    assert!(
+        out.status.success(),
+        "bench as nobody failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = Client::connect_with(ClientConfig {
+        cma: false,
+        ..ClientConfig::new(node.addr())
+    })
+    .await
+    .unwrap();
+    assert_eq!(info_field(&c, "stats", "cma_sessions").await, 0);
+    assert!(
+        info_field(&c, "stats", "data_reads_served").await >= 20,
+        "GETs went over TCP"
+    );
+}
