@@ -7,6 +7,7 @@
 # inline ratio.
 #
 #   bench/batch.sh [seconds per phase]      (default 3)
+#   CMA=true bench/batch.sh                 (zero-copy by cross-memory attach)
 #
 # Needs a release build (made here if missing). Binds 127.0.0.1 only and
 # stops what it starts.
@@ -26,7 +27,9 @@ OUT=$(mktemp)
 trap 'kill $SPID 2>/dev/null; wait 2>/dev/null; rm -f "$OUT"' EXIT
 wait_port "$PORT"
 run() {
-  "$TARGET/release/strata-bench" --addr "127.0.0.1:$PORT" --duration "$SECS" --json "$OUT" "$@" >/dev/null
+  # Zero-copy over the TCP data plane unless CMA=true (the same-host path).
+  "$TARGET/release/strata-bench" --addr "127.0.0.1:$PORT" --duration "$SECS" --json "$OUT" \
+    --cma "${CMA:-false}" "$@" >/dev/null
 }
 for c in 1 4; do
   for api in zerocopy inline; do

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Side-by-side comparison on this machine, in one go (< 5 minutes):
-# strata zero-copy, strata inline, Redis 7 (inline), Mooncake Store
+# strata zero-copy over TCP and over cross-memory attach (the same-host
+# data plane), strata inline, Redis 7 (inline), Mooncake Store
 # (zero-copy, cross-process) and iperf3 (one loopback TCP stream, the
-# ceiling); sizes 64 KiB, 1 MiB, 4 MiB; 1 and 4 clients. Every value read
-# is verified. JSON lines go to $RESULTS, a table to stdout.
+# ceiling), plus a bare process_vm_readv loop and memcpy (the ceiling of
+# the same-host path); sizes 64 KiB, 1 MiB, 4 MiB; 1 and 4 clients. Every
+# value read is verified. JSON lines go to $RESULTS, a table to stdout.
 #
 # Setup (packages, Mooncake venv, release build) runs first, with network;
 # the measurements then run inside `unshare -n` (only `lo`), because
@@ -25,7 +27,8 @@ source "$ROOT/bench/lib.sh"
 if [[ "${1:-}" != --inner ]]; then
     need_packages redis-server iperf3 libibverbs1 libnuma1 libcurl4
     mooncake_venv "$VENV"
-    (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench)
+    (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench &&
+        cargo build --release -q -p strata-rdma --example cma_loop)
     mkdir -p "$OUT"
     : >"$RESULTS"
     echo "load before: $(uptime)" >&2
@@ -38,10 +41,12 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-bench() { # system api addr target
+bench() { # system api addr target [strata-bench flags...]
+    local system=$1 api=$2 addr=$3 target=$4
+    shift 4
     for c in $CLIENTS; do
-        "$BIN/strata-bench" --target "$4" --addr "$3" --api "$2" --system "$1" --sizes "$SIZES" \
-            --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" 2>>"$OUT/bench.log"
+        "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$SIZES" \
+            --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
     done
 }
 
@@ -50,7 +55,8 @@ SP=$(free_port); DP=$(free_port); MP=$(free_port)
 "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" 2>"$OUT/strata.log" &
 PIDS+=($!)
 wait_port "$SP"
-bench strata zerocopy "127.0.0.1:$SP" strata
+bench strata zerocopy "127.0.0.1:$SP" strata --cma false
+bench strata-cma zerocopy "127.0.0.1:$SP" strata --cma true
 bench strata inline "127.0.0.1:$SP" strata
 kill "${PIDS[-1]}"
 
@@ -85,3 +91,6 @@ print(json.dumps({"system": "iperf3", "scenario": "c1", "api": "tcp", "threads":
 PY
 
 python3 "$ROOT/bench/compare_table.py" "$RESULTS"
+echo
+echo "same-host ceiling (bench: rdma/examples/cma_loop.rs, one reader process):"
+"$BIN/examples/cma_loop" "$DURATION"

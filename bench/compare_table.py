@@ -6,7 +6,8 @@ Mooncake and to iperf3 for 1 MiB GET and PUT."""
 import json
 import sys
 
-COLUMNS = [("strata", "zerocopy"), ("strata", "inline"), ("redis", "inline"), ("mooncake", "zerocopy")]
+COLUMNS = [("strata", "zerocopy"), ("strata-cma", "zerocopy"), ("strata", "inline"), ("redis", "inline"),
+           ("mooncake", "zerocopy")]
 
 
 def human(size):
@@ -47,6 +48,20 @@ def main(path):
                 line += f", strata/mooncake {st['GBps'] / mc['GBps']:.2f}x"
             if iperf:
                 line += f", strata/iperf3 {st['GBps'] / iperf:.2f}"
+            print(line)
+    print("\nstrata over cross-memory attach (same host), 1 MiB:")
+    for op in ("get", "put"):
+        for c in sorted({k[2] for k in keys}):
+            cm = cells.get(("strata-cma", "zerocopy", 1 << 20, op, c))
+            st = cells.get(("strata", "zerocopy", 1 << 20, op, c))
+            mc = cells.get(("mooncake", "zerocopy", 1 << 20, op, c))
+            if not cm:
+                continue
+            line = f"  {op} c={c}: {cm['GBps']:.3f} GB/s"
+            if st and st["GBps"]:
+                line += f", cma/tcp {cm['GBps'] / st['GBps']:.2f}x"
+            if mc and mc["GBps"]:
+                line += f", cma/mooncake {cm['GBps'] / mc['GBps']:.2f}x"
             print(line)
     failed = [r for r in rows if r["errors"] or r.get("mismatches")]
     if failed:
