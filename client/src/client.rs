@@ -296,6 +296,7 @@ impl Client {
     ) -> Result<usize> {
         let link = node.cma_link();
         let retries = self.cfg.retry_attempts;
+        let sent = std::time::Instant::now();
         let first = dst.pick(link.is_some()).as_bytes();
         let reply = match node
             .call(&[b"GET", key, first], Idempotent::Yes, retries)
@@ -311,7 +312,9 @@ impl Client {
         }?;
         let lease = Lease::parse(reply)?;
         let read = self.pull(link, &lease, region, offset, capacity).await;
-        if guarded(&lease) {
+        let live = lease.src.transport == TransportKind::Cma
+            && link.is_some_and(|l| l.lease_still_live(sent.elapsed()));
+        if guarded(&lease) || live {
             node.release(&[lease.id]).await;
             return read;
         }
@@ -459,6 +462,7 @@ impl Client {
         sent: &[(usize, usize, Descs)],
     ) -> Result<Vec<Result<usize>>> {
         let link = node.cma_link();
+        let started = std::time::Instant::now();
         let commands: Vec<[&[u8]; 3]> = idx
             .iter()
             .map(|&j| {
@@ -515,7 +519,11 @@ impl Client {
             }
         }
         let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
-        if leases.iter().all(|(_, l)| guarded(l)) {
+        let cma_live = link.is_some_and(|l| l.lease_still_live(started.elapsed()));
+        if leases
+            .iter()
+            .all(|(_, l)| guarded(l) || (l.src.transport == TransportKind::Cma && cma_live))
+        {
             node.release(&ids).await;
         } else {
             // See `reads_are_guarded`. Which lease ended is not said, so
@@ -874,10 +882,12 @@ impl Descs {
 }
 
 /// Whether a read of `lease` was checked by the node as it was served
-/// (TCP: a read after the lease ended fails with STALE). Over RDMA and
-/// CMA the node cannot see the read: the bytes count only if RELEASE
-/// confirms the lease was still live, i.e. the value stayed pinned for the
-/// whole read. That costs one round trip per GET (or batch).
+/// (TCP: a read after the lease ended fails with STALE). Over RDMA the
+/// node cannot see the read: the bytes count only if RELEASE confirms the
+/// lease was still live, i.e. the value stayed pinned for the whole read.
+/// That costs one round trip per GET (or batch). Over CMA the same holds,
+/// except that a read which ended well within the lease's TTL (the node's
+/// clock is this host's) needs no confirmation (`Link::lease_still_live`).
 fn guarded(lease: &Lease) -> bool {
     lease.src.transport == TransportKind::Tcp
 }

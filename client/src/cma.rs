@@ -59,11 +59,24 @@ impl Local {
     }
 }
 
-/// A node this connection may use CMA with: the node process.
+/// A node this connection may use CMA with: the node process, and how
+/// long its leases last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Link {
     pub(crate) pid: u32,
     pub(crate) start: u64,
+    pub(crate) lease_ttl: std::time::Duration,
+}
+
+impl Link {
+    /// Whether a read that ended `elapsed` after its GET was sent is known
+    /// to have run under a live lease without asking the node: the lease
+    /// was granted after the GET was sent and lasts `lease_ttl` on the
+    /// same host's clock, and only its RELEASE, its TTL or the end of the
+    /// connection end it. Half the TTL leaves room for scheduling delays.
+    pub(crate) fn lease_still_live(&self, elapsed: std::time::Duration) -> bool {
+        elapsed < self.lease_ttl / 2
+    }
 }
 
 /// Sets CMA up on a fresh connection to the node at `addr`. `Ok(None)`:
@@ -112,6 +125,7 @@ pub(crate) async fn handshake(
     let link = Link {
         pid: h.pid,
         start: h.start,
+        lease_ttl: std::time::Duration::from_millis(h.lease_ttl_ms),
     };
     let probe = strata_rdma::cma::describe(&node, h.probe_addr, NONCE_BYTES as u64, 0, None);
     let mut got = [0u8; NONCE_BYTES];
@@ -178,6 +192,7 @@ struct Hello {
     probe_addr: u64,
     probe: [u8; NONCE_BYTES],
     nonce: [u8; NONCE_BYTES],
+    lease_ttl_ms: u64,
 }
 
 impl Hello {
@@ -192,7 +207,7 @@ impl Hello {
             BytesFrame::Integer(n) => u64::try_from(*n).ok(),
             _ => None,
         };
-        if parts.len() != 8 {
+        if parts.len() != 9 {
             return None;
         }
         Some(Hello {
@@ -204,6 +219,7 @@ impl Hello {
             probe_addr: u64::from_str_radix(&text(5)?, 16).ok()?,
             probe: unhex(&text(6)?)?,
             nonce: unhex(&text(7)?)?,
+            lease_ttl_ms: int(8)?,
         })
     }
 }

@@ -137,6 +137,8 @@ fn prove(port: u16) -> Raw {
         redis::Value::Int(n) => *n,
         other => panic!("{other:?}"),
     };
+    assert_eq!(hello.len(), 9, "{hello:?}");
+    assert!(int(&hello[8]) > 0, "lease_ttl_ms");
     let nonce_hex = text(&hello[7]);
     let nonce: Vec<u8> = (0..16)
         .map(|i| u8::from_str_radix(&nonce_hex[2 * i..2 * i + 2], 16).unwrap())

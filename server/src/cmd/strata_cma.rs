@@ -2,8 +2,8 @@
 //! client sets up cross-memory attach on its connection (see `crate::cma`).
 //!
 //! `HELLO` replies `[boot_id, pid_ns, uid, pid, start, probe_addr, probe,
-//! nonce]` (ids decimal, `probe_addr` hex, `probe` and `nonce` 32 hex
-//! digits each): the client compares the first three with its own, reads
+//! nonce, lease_ttl_ms]` (ids decimal, `probe_addr` hex, `probe` and
+//! `nonce` 32 hex digits each): the client compares the first three with its own, reads
 //! the 16 bytes at `probe_addr` of process `pid` (started at `start`) and
 //! checks them against `probe`, writes `nonce` into its own memory at some
 //! `addr` and sends `PROVE` naming itself. `+OK` binds that process to this
@@ -42,6 +42,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 Reply::text(&format!("{:x}", cma.probe_addr())),
                 Reply::text(&hex(cma.probe())),
                 Reply::text(&hex(&n)),
+                Reply::Int(ctx.node.cfg.lease_ttl_ms as i64),
             ])
             .into()
         }
