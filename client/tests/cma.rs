@@ -88,6 +88,11 @@ async fn round_trips_go_by_cma_byte_exact() {
     );
     assert_eq!(info_field(&c, "stats", "cma_read_errors").await, 0);
     assert_eq!(
+        node.metric("strata_cma_reads_total"),
+        reads as f64,
+        "/metrics and INFO agree"
+    );
+    assert_eq!(
         c.data_plane_stats()
             .connections_accepted
             .load(std::sync::atomic::Ordering::SeqCst),

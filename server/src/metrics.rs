@@ -94,6 +94,11 @@ struct Exported {
     repair_shed_total: Counter,
     data_reads_served_total: Counter,
     data_reads_refused_total: Counter,
+    cma_sessions_total: Counter,
+    cma_refused_total: Counter,
+    cma_reads_total: Counter,
+    cma_read_bytes_total: Counter,
+    cma_read_errors_total: Counter,
     nvme: NvmeExported,
     gpu: GpuExported,
 }
@@ -529,6 +534,31 @@ impl Metrics {
                 Unit::Count,
                 "Data-plane reads refused (bad rkey, range, stale epoch).",
             ),
+            cma_sessions_total: counter(
+                "strata_cma_sessions_total",
+                Unit::Count,
+                "Connections whose client proved itself for cross-memory attach.",
+            ),
+            cma_refused_total: counter(
+                "strata_cma_refused_total",
+                Unit::Count,
+                "Cross-memory attach proofs refused (another user, read not permitted, wrong bytes).",
+            ),
+            cma_reads_total: counter(
+                "strata_cma_reads_total",
+                Unit::Count,
+                "PUT payloads copied out of client processes by cross-memory attach.",
+            ),
+            cma_read_bytes_total: counter(
+                "strata_cma_read_bytes_total",
+                Unit::Bytes,
+                "Bytes copied out of client processes by cross-memory attach.",
+            ),
+            cma_read_errors_total: counter(
+                "strata_cma_read_errors_total",
+                Unit::Count,
+                "Cross-memory attach reads that failed (nothing was stored).",
+            ),
             nvme: nvme_exported,
             gpu: gpu_exported,
         };
@@ -604,6 +634,14 @@ impl Metrics {
             .absolute(ts.reads_served.load(Relaxed));
         e.data_reads_refused_total
             .absolute(ts.reads_refused.load(Relaxed));
+        if let Some(cma) = &node.cma {
+            let r = cma.reader.stats();
+            e.cma_sessions_total.absolute(cma.sessions.load(Relaxed));
+            e.cma_refused_total.absolute(cma.refused.load(Relaxed));
+            e.cma_reads_total.absolute(r.reads.load(Relaxed));
+            e.cma_read_bytes_total.absolute(r.bytes.load(Relaxed));
+            e.cma_read_errors_total.absolute(r.errors.load(Relaxed));
+        }
         {
             let (g, x) = (&s.gpu, &e.gpu);
             x.capacity_bytes.set(g.capacity_bytes as f64);

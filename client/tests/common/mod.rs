@@ -85,6 +85,24 @@ impl Node {
         Node::spawn(port, args)
     }
 
+    /// A sample from `/metrics`, named with its labels exactly as exported.
+    pub fn metric(&self, name: &str) -> f64 {
+        let at = self
+            .args
+            .iter()
+            .position(|a| a == "--metrics-port")
+            .expect("metrics port");
+        let port: u16 = self.args[at + 1].parse().expect("port");
+        let mut sock = TcpStream::connect(("127.0.0.1", port)).expect("connect /metrics");
+        sock.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .expect("request");
+        let mut body = String::new();
+        sock.read_to_string(&mut body).expect("read /metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
+    }
+
     /// Kills the node and starts a fresh, empty one on the same ports.
     pub fn restart(&mut self) {
         let _ = self.child.kill();
