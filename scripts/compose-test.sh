@@ -223,6 +223,19 @@ fi
 grep -E '^bench: (SET|GET|strata-bench)' "$benchout" | while read -r l; do echo "INFO $l"; done >"$WORK/bench.info" || true
 mapfile -t lines <"$WORK/bench.info"
 RESULTS+=("${lines[@]}")
+# The bench container has its own pid namespace: its client must have stayed
+# on the network data plane (no connection proven for cross-memory attach).
+cma_ok=1 cma=""
+for s in "${NODES[@]}"; do
+    v=$(info_of "$s" cma_sessions)
+    cma+=" $s=${v:-?}"
+    [ "$v" = 0 ] || cma_ok=0
+done
+if [ "$cma_ok" = 1 ]; then
+    pass "containers fall back from cross-memory attach: strata_cma_sessions_total$cma"
+else
+    fail "a client in another container used cross-memory attach (or no metric): strata_cma_sessions_total$cma"
+fi
 
 # 6. known values through the cluster (redis-cli -c on the compose network) ---
 # The client runs in node1's container: -MOVED names node2/node3, which only
