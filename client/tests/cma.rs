@@ -10,35 +10,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{info_field, pattern, Node};
+use common::{info_field, pattern, round_trip, Node};
 use strata_client::{Client, ClientConfig};
 use strata_rdma::cma::{CmaReader, Identity};
 use strata_rdma::Descriptor;
 
 const MIB: usize = 1 << 20;
-
-async fn round_trip(c: &Client, key: &str, len: usize) {
-    let value = pattern(key.as_bytes(), len);
-    let mut src = c.alloc(len).expect("alloc");
-    src.as_mut_slice().copy_from_slice(&value);
-    c.put_from(key.as_bytes(), &src, 0..len)
-        .await
-        .expect("put_from");
-    let mut dst = c.alloc(len + 64).expect("alloc");
-    let n = c
-        .get_into(key.as_bytes(), &mut dst, 64)
-        .await
-        .expect("get_into");
-    assert_eq!(n, len, "{key}: length");
-    assert!(
-        dst.as_slice()[64..] == value[..],
-        "{key}: {len} bytes differ"
-    );
-    assert!(
-        dst.as_slice()[..64].iter().all(|&b| b == 0),
-        "{key}: wrote before the offset"
-    );
-}
 
 /// Sizes from 1 byte to 64 MiB, one at a time and in batches: every byte
 /// right, the node's PUT reads all by CMA, and no GET read over TCP.
@@ -118,6 +95,14 @@ async fn off_on_either_side_uses_the_network() {
     assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
 }
 
+/// A plain RESP connection to the node at `addr`.
+fn connection(addr: &str) -> redis::Connection {
+    redis::Client::open(format!("redis://{addr}"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
 /// A raw RESP connection that has proven this process to the node.
 struct Raw {
     con: redis::Connection,
@@ -125,10 +110,7 @@ struct Raw {
 }
 
 fn prove(port: u16) -> Raw {
-    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&format!("127.0.0.1:{port}"));
     let hello: Vec<redis::Value> = redis::cmd("STRATA.CMA")
         .arg("HELLO")
         .query(&mut con)
@@ -241,10 +223,7 @@ async fn descriptors_of_unproven_processes_are_refused() {
     let me = Identity::current().unwrap();
     let buf = vec![7u8; 4096];
     let desc = strata_rdma::cma::describe(&me, buf.as_ptr() as u64, 4096, 0, None).to_string();
-    let mut con = redis::Client::open(format!("redis://{}", node.addr()))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&node.addr());
     let r: redis::RedisResult<()> = redis::cmd("PUT").arg("k").arg(&desc).query(&mut con);
     let e = r.unwrap_err();
     assert_eq!(e.code(), Some("NOCMA"), "{e}");
@@ -290,10 +269,7 @@ async fn descriptors_of_unproven_processes_are_refused() {
 #[tokio::test]
 async fn a_client_process_that_died_leaves_nothing_stored() {
     let node = Node::start(&[]);
-    let mut con = redis::Client::open(format!("redis://{}", node.addr()))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&node.addr());
     let hello: Vec<redis::Value> = redis::cmd("STRATA.CMA")
         .arg("HELLO")
         .query(&mut con)

@@ -7,35 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{info_field, pattern, wait_for, Node};
+use common::{info_field, pattern, round_trip, wait_for, Node};
 use strata_client::{Client, Error};
 
 const MIB: usize = 1 << 20;
-
-/// Puts `pattern(key, len)` and reads it back into a fresh buffer.
-async fn round_trip(c: &Client, key: &str, len: usize) {
-    let value = pattern(key.as_bytes(), len);
-    let mut src = c.alloc(len).expect("alloc");
-    src.as_mut_slice().copy_from_slice(&value);
-    c.put_from(key.as_bytes(), &src, 0..len)
-        .await
-        .expect("put_from");
-    // Read at an offset into a larger buffer, to check offsets are honoured.
-    let mut dst = c.alloc(len + 100).expect("alloc");
-    let n = c
-        .get_into(key.as_bytes(), &mut dst, 100)
-        .await
-        .expect("get_into");
-    assert_eq!(n, len, "{key}: length");
-    assert!(
-        dst.as_slice()[100..] == value[..],
-        "{key}: content of {len} bytes differs"
-    );
-    assert!(
-        dst.as_slice()[..100].iter().all(|&b| b == 0),
-        "{key}: wrote before the offset"
-    );
-}
 
 #[tokio::test]
 async fn round_trips_sequential() {
