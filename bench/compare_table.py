@@ -17,6 +17,25 @@ def human(size):
     return str(size)
 
 
+def ratios(cells, clients, title, system, against, iperf):
+    """One line per 1 MiB (op, clients) of `system`'s zero-copy GB/s, with
+    its ratio to each (label, (system, api)) of `against` and to iperf3."""
+    print("\n" + title)
+    for op in ("get", "put"):
+        for c in clients:
+            me = cells.get((system, "zerocopy", 1 << 20, op, c))
+            if not me:
+                continue
+            line = f"  {op} c={c}: {me['GBps']:.3f} GB/s"
+            for label, (s, a) in against:
+                other = cells.get((s, a, 1 << 20, op, c))
+                if other and other["GBps"]:
+                    line += f", {label} {me['GBps'] / other['GBps']:.2f}x"
+            if iperf:
+                line += f", strata/iperf3 {me['GBps'] / iperf:.2f}"
+            print(line)
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     cells = {(r["system"], r["api"], r["size"], r["op"], r["threads"]): r for r in rows}
@@ -36,33 +55,11 @@ def main(path):
         print(f"{human(size):>6} {op:<4} {c:>2} | " + " | ".join(parts))
     if iperf:
         print(f"\niperf3 single stream (loopback): {iperf:.3f} GB/s")
-    print("\nstrata zero-copy, 1 MiB:")
-    for op in ("get", "put"):
-        for c in sorted({k[2] for k in keys}):
-            st = cells.get(("strata", "zerocopy", 1 << 20, op, c))
-            mc = cells.get(("mooncake", "zerocopy", 1 << 20, op, c))
-            if not st:
-                continue
-            line = f"  {op} c={c}: {st['GBps']:.3f} GB/s"
-            if mc and mc["GBps"]:
-                line += f", strata/mooncake {st['GBps'] / mc['GBps']:.2f}x"
-            if iperf:
-                line += f", strata/iperf3 {st['GBps'] / iperf:.2f}"
-            print(line)
-    print("\nstrata over cross-memory attach (same host), 1 MiB:")
-    for op in ("get", "put"):
-        for c in sorted({k[2] for k in keys}):
-            cm = cells.get(("strata-cma", "zerocopy", 1 << 20, op, c))
-            st = cells.get(("strata", "zerocopy", 1 << 20, op, c))
-            mc = cells.get(("mooncake", "zerocopy", 1 << 20, op, c))
-            if not cm:
-                continue
-            line = f"  {op} c={c}: {cm['GBps']:.3f} GB/s"
-            if st and st["GBps"]:
-                line += f", cma/tcp {cm['GBps'] / st['GBps']:.2f}x"
-            if mc and mc["GBps"]:
-                line += f", cma/mooncake {cm['GBps'] / mc['GBps']:.2f}x"
-            print(line)
+    clients = sorted({k[2] for k in keys})
+    ratios(cells, clients, "strata zero-copy, 1 MiB:", "strata",
+           [("strata/mooncake", ("mooncake", "zerocopy"))], iperf)
+    ratios(cells, clients, "strata over cross-memory attach (same host), 1 MiB:", "strata-cma",
+           [("cma/tcp", ("strata", "zerocopy")), ("cma/mooncake", ("mooncake", "zerocopy"))], None)
     failed = [r for r in rows if r["errors"] or r.get("mismatches")]
     if failed:
         print(f"\n{len(failed)} cell(s) had errors or mismatches (marked !)")
