@@ -4,11 +4,13 @@
 //!
 //! Concurrency is C tasks, each with its own client. Latency covers only
 //! the operation; filling and checking values happen outside the timing.
-//! Any value read back wrong fails the run (exit code 1).
+//! Any value read back wrong fails the run (exit code 1). On a terminal,
+//! a progress bar per phase shows ops, ops/s, GB/s and p99 as it runs.
 //!
 //! `--addr a:7379,b:7379` seeds a cluster: the client learns the slot map
 //! from any seed and routes every key to its owner (zero-copy and inline).
 
+mod live;
 mod report;
 mod workload;
 
@@ -23,6 +25,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use strata_client::{Buffer, Client, ClientConfig, Error};
 
+use live::{Live, Samples};
 use report::{Row, RowMeta};
 use workload::{check, fill, key_hash, parse_size, Dist, Picker, Rng, HEADER_BYTES};
 
@@ -457,13 +460,16 @@ async fn run_phase(plan: &Arc<Plan>, phase: Option<Op>) -> anyhow::Result<(Tally
         clients.push(Worker::connect(plan).await?);
     }
     let bar = progress(plan, phase);
+    // No bar drawn (stderr is not a terminal): no live figures to feed.
+    let live = (!bar.is_hidden()).then(|| Arc::new(Live::new(plan.size)));
     let t0 = Instant::now();
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
         .map(|(t, worker)| {
             let plan = Arc::clone(plan);
-            tokio::spawn(async move { worker.run(&plan, phase, t as u64).await })
+            let live = live.clone();
+            tokio::spawn(async move { worker.run(&plan, phase, t as u64, live).await })
         })
         .collect();
     let ticker = {
@@ -471,7 +477,11 @@ async fn run_phase(plan: &Arc<Plan>, phase: Option<Op>) -> anyhow::Result<(Tally
         let bar = bar.clone();
         tokio::spawn(async move {
             loop {
-                bar.set_position(plan.done.load(Ordering::Relaxed));
+                let done = plan.done.load(Ordering::Relaxed);
+                bar.set_position(done);
+                if let Some(figures) = live.as_ref().and_then(|l| l.tick(done)) {
+                    bar.set_message(figures);
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -489,10 +499,11 @@ async fn run_phase(plan: &Arc<Plan>, phase: Option<Op>) -> anyhow::Result<(Tally
 
 fn progress(plan: &Plan, phase: Option<Op>) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(plan.ops_max, ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template("{spinner} {msg} {pos} ops {per_sec} [{elapsed}]")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let style =
+        ProgressStyle::with_template("{spinner} {prefix} {pos} ops {per_sec} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
     bar.set_style(style);
-    bar.set_message(format!(
+    bar.set_prefix(format!(
         "{} {}",
         report::show_size(plan.size),
         phase.map_or("mix", Op::name)
@@ -552,8 +563,15 @@ impl Worker {
         })
     }
 
-    async fn run(mut self, plan: &Plan, phase: Option<Op>, task: u64) -> Tally {
+    async fn run(
+        mut self,
+        plan: &Plan,
+        phase: Option<Op>,
+        task: u64,
+        live: Option<Arc<Live>>,
+    ) -> Tally {
         let mut tally = Tally::new();
+        let mut live = live.map(|l| (l, Samples::new()));
         let mut rng = Rng::new(task + 1);
         // A put phase writes every key once first, each task its share
         // (in batches of consecutive keys).
@@ -594,6 +612,9 @@ impl Worker {
                 Ok(Some(us)) => {
                     // One latency per batch, counted once per value.
                     let _ = tally.hist[op as usize].record_n(us.max(1), values);
+                    if let Some((l, samples)) = live.as_mut() {
+                        samples.record(l, us, values);
+                    }
                 }
                 Ok(None) => {
                     tally.mismatches += 1;

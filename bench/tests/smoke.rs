@@ -42,6 +42,12 @@ async fn both_apis_run_clean_and_write_json_lines() {
             "{api}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // stderr is a pipe here: no progress bar, no live figures.
+        assert!(
+            out.stderr.is_empty(),
+            "{api}: stderr not quiet: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = bench(
         &node,
