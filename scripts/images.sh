@@ -2,8 +2,11 @@
 # Build strata's container images locally, with no container registry:
 #
 #   strata-base:bookworm  Debian bookworm minbase made by debootstrap, with
-#                         etcd, rdma-core, iproute2, curl, redis-tools.
-#                         Reused when it exists (pass --rebuild to remake it).
+#                         etcd, rdma-core, iproute2, curl, redis-tools,
+#                         prometheus. Reused when it exists and its label
+#                         strata.base.packages matches BASE_PACKAGES (a base
+#                         built from another package list is remade; pass
+#                         --rebuild to remake it anyway).
 #   strata-node:dev       strata-base + the host-built release strata-server
 #                         (and strata-bench when it has been built) + docker/entrypoint.sh
 #                         + docker/bench.sh (as strata-cluster-bench, the compose bench).
@@ -31,8 +34,14 @@ PROFILE=${STRATA_PROFILE:-release}
 case "$PROFILE" in release) PROFILE_FLAG=(--release) ;; debug) PROFILE_FLAG=() ;;
   *) echo "STRATA_PROFILE must be release or debug" >&2; exit 2 ;; esac
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
-# etcd-client provides etcdctl (the etcd healthcheck); the rest is the brief's list.
-BASE_PACKAGES=etcd-server,etcd-client,rdma-core,ibverbs-providers,iproute2,ca-certificates,curl,redis-tools
+# etcd-client provides etcdctl (the etcd healthcheck); prometheus is the compose
+# service that scrapes every node; the rest is the brief's list.
+BASE_PACKAGES=etcd-server,etcd-client,rdma-core,ibverbs-providers,iproute2,ca-certificates,curl,redis-tools,prometheus
+# What the base is made from, as a label on the image: a base imported from
+# another list (an older images.sh) lacks packages the compose file needs, so
+# build_base remakes it instead of reusing it.
+BASE_LABEL=strata.base.packages
+BASE_HASH=$(printf 'bookworm minbase %s' "$BASE_PACKAGES" | sha256sum | cut -c1-16)
 
 REBUILD=0
 CARGO=1
@@ -49,9 +58,17 @@ log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 build_base() {
-    if [ "$REBUILD" = 0 ] && have_image "$BASE_IMAGE"; then
-        log "$BASE_IMAGE exists; not rebuilding (use --rebuild)"
-        return
+    local old=""
+    if have_image "$BASE_IMAGE"; then
+        old=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")
+        local have
+        have=$(docker image inspect -f "{{index .Config.Labels \"$BASE_LABEL\"}}" "$BASE_IMAGE" 2>/dev/null || true)
+        if [ "$REBUILD" = 0 ] && [ "$have" = "$BASE_HASH" ]; then
+            log "$BASE_IMAGE exists with this package list; not rebuilding (use --rebuild)"
+            return
+        fi
+        [ "$REBUILD" = 1 ] ||
+            log "$BASE_IMAGE was made from another package list ($BASE_LABEL=${have:-none}, want $BASE_HASH); rebuilding"
     fi
     if ! command -v debootstrap >/dev/null; then
         log "installing debootstrap"
@@ -78,10 +95,13 @@ build_base() {
         -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         -c 'ENV LANG=C.UTF-8' \
         -c 'CMD ["/bin/bash"]' \
+        -c "LABEL $BASE_LABEL=$BASE_HASH" \
         -m "debootstrap --variant=minbase bookworm + $BASE_PACKAGES" \
         - "$BASE_IMAGE" >/dev/null
     rm -rf --one-file-system "$dir"
     trap - EXIT
+    # The base this one replaced goes once the node image no longer uses it.
+    [ "$old" = "$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")" ] || REPLACED_BASE=$old
     log "$BASE_IMAGE imported ($(docker image inspect -f '{{.Size}}' "$BASE_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'))"
 }
 
@@ -125,5 +145,9 @@ build_node() {
     log "$NODE_IMAGE built from $server"
 }
 
+REPLACED_BASE=""
 build_base
 build_node
+if [ -n "$REPLACED_BASE" ]; then
+    docker rmi "$REPLACED_BASE" >/dev/null 2>&1 || log "old base ${REPLACED_BASE:7:12} still in use; left in place"
+fi
