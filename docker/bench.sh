@@ -61,10 +61,12 @@ if [ "$TOOL" != redis-cli ] && [ "$have_bench" = 1 ]; then
     # Zero-copy: the nodes pull PUT payloads from this container's data
     # plane, so it listens on 0.0.0.0 and names this container's address.
     me=$(hostname -i | awk '{print $1}')
-    zc=(--api zerocopy --data-bind 0.0.0.0:0 --data-advertise "$me" --sizes 4KiB,1MiB --keys 64 --ops put,get --verify true)
+    # A count per phase: with phases only (`--ops put,get`) a put phase makes
+    # its one pass over the keys and a get phase makes none, verifying nothing.
+    zc=(--api zerocopy --data-bind 0.0.0.0:0 --data-advertise "$me" --sizes 4KiB,1MiB --keys 64 --phases put,get --ops 128 --verify true)
     log "strata-bench --addr $addr ${zc[*]}"
     strata-bench --addr "$addr" "${zc[@]}"
-    inline=(--api inline --sizes 4KiB,64KiB --keys 64 --ops put,get --verify true)
+    inline=(--api inline --sizes 4KiB,64KiB --keys 64 --phases put,get --ops 128 --verify true)
     log "strata-bench --addr $addr ${inline[*]}"
     exec strata-bench --addr "$addr" "${inline[@]}"
 elif [ "$TOOL" = strata-bench ]; then
