@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # End-to-end test of docker-compose.yml in cluster mode: build the images,
-# start etcd + 3 nodes, wait until every node sees ring_nodes:3, run the bench
-# service (verified; its exit status counts), write KEYS keys with known values
-# through the cluster (redis-cli -c on the compose network, following -MOVED to
-# service names), docker kill one node, wait until the survivors see
-# ring_nodes:2, check that every acknowledged key reads back exactly through the
-# survivors, and always tear everything down (down -v).
+# start etcd + 3 nodes + Prometheus, wait until every node sees ring_nodes:3,
+# run the bench service (verified; its exit status counts), run PREFIX lookups
+# on every node, check that Prometheus has all three scrape targets up and
+# returns the key and PREFIX block hit rates, and that every PromQL expression
+# of docker/grafana/strata-dashboard.json returns data (scripts/dashboard-check.py
+# prints any that does not), write KEYS keys with known values through the
+# cluster (redis-cli -c on the compose network, following -MOVED to service
+# names), docker kill one node, wait until the survivors see ring_nodes:2,
+# check that every acknowledged key reads back exactly through the survivors,
+# and always tear everything down (down -v). Host ports: the compose defaults,
+# or the first free set 100, 200, ... above them (Prometheus 19090 included).
 #
 # Usage: scripts/compose-test.sh [--no-build] [images.sh args...]
 # Env:   COMPOSE="docker-compose" | "docker compose" (default: v2 if present)
@@ -34,18 +39,23 @@ read -ra COMPOSE_CMD <<<"$COMPOSE" # "docker compose" is two words
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-strata-compose-test}
 KEYS=${KEYS:-500}
 NODES=(node1 node2 node3)
-# Host ports: the compose defaults (17381-3, 19381-3) when free, else the first
-# free set among +100, +200, ... (other tests on this host may hold them).
+# Host ports: the compose defaults (17381-3, 19381-3, 19090) when free, else
+# the first free set among +100, +200, ... (other tests on this host may hold them).
 port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 declare -A RESP_PORT METRICS_PORT
 for off in 0 100 200 300 400 500 600 700 800 900; do
     ok=1
+    port_free $((19090 + off)) || ok=0
     for n in 1 2 3; do
         port_free $((17380 + off + n)) && port_free $((19380 + off + n)) || ok=0
     done
     [ "$ok" = 1 ] && break
 done
-[ "$ok" = 1 ] || { echo "compose-test: no free host ports near 17381/19381"; exit 2; }
+[ "$ok" = 1 ] || { echo "compose-test: no free host ports near 17381/19381/19090"; exit 2; }
+PROM_PORT=$((19090 + off))
+export STRATA_PROMETHEUS_PORT=$PROM_PORT
+PROM=http://127.0.0.1:$PROM_PORT
+DASHBOARD=docker/grafana/strata-dashboard.json
 for n in 1 2 3; do
     RESP_PORT[node$n]=$((17380 + off + n)); METRICS_PORT[node$n]=$((19380 + off + n))
     export "STRATA_NODE${n}_PORT=${RESP_PORT[node$n]}" "STRATA_NODE${n}_METRICS_PORT=${METRICS_PORT[node$n]}"
@@ -87,6 +97,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 trap 'RESULTS+=("FAIL aborted: line $LINENO: $BASH_COMMAND"); FAILS=$((FAILS + 1))' ERR
 
 command -v redis-cli >/dev/null || { echo "compose-test: needs redis-cli on the host (apt-get install redis-tools)"; exit 2; }
+command -v python3 >/dev/null || { echo "compose-test: needs python3 on the host (Prometheus answers and the dashboard are JSON)"; exit 2; }
 
 # 1. images ---------------------------------------------------------------------
 if [ "$BUILD" = 1 ]; then
@@ -99,17 +110,17 @@ fi
 t=$SECONDS
 UP=1
 timeout 120 "${COMPOSE_CMD[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-log "host ports: RESP ${RESP_PORT[node1]}-${RESP_PORT[node3]}, metrics ${METRICS_PORT[node1]}-${METRICS_PORT[node3]}"
+log "host ports: RESP ${RESP_PORT[node1]}-${RESP_PORT[node3]}, metrics ${METRICS_PORT[node1]}-${METRICS_PORT[node3]}, Prometheus $PROM_PORT"
 upout=$(compose up -d 2>&1) || { echo "$upout" | grep -v "^Creating\|^Starting" | tail -n 15; fail "$COMPOSE up -d"; exit 1; }
 declare -A CID
-for s in etcd "${NODES[@]}"; do CID[$s]=$(compose ps -q "$s"); done
+for s in etcd prometheus "${NODES[@]}"; do CID[$s]=$(compose ps -q "$s"); done
 log "up -d returned after $((SECONDS - t))s"
 
 # 3. health (bounded) -----------------------------------------------------------
 deadline=$((SECONDS + 60))
 while :; do
     unhealthy=()
-    for s in etcd "${NODES[@]}"; do
+    for s in etcd prometheus "${NODES[@]}"; do
         h=$(docker inspect -f '{{if ne .State.Status "running"}}{{.State.Status}}(exit {{.State.ExitCode}}){{else if .State.Health}}{{.State.Health.Status}}{{else}}running{{end}}' "${CID[$s]}" 2>/dev/null || echo gone)
         [ "$h" = healthy ] || unhealthy+=("$s=$h")
     done
@@ -120,7 +131,7 @@ while :; do
     fi
     sleep 1
 done
-pass "etcd + 3 nodes healthy $((SECONDS - t))s after up"
+pass "etcd + 3 nodes + prometheus healthy $((SECONDS - t))s after up"
 
 # What the entrypoint decided (one line about the protocol).
 proto_line=$(docker logs "${CID[node1]}" 2>&1 | grep -m1 -E 'soft-RoCE|protocol' || true)
@@ -236,6 +247,88 @@ if [ "$cma_ok" = 1 ]; then
 else
     fail "a client in another container used cross-memory attach (or no metric): strata_cma_sessions_total$cma"
 fi
+
+# 5b. Prometheus and the Grafana dashboard ----------------------------------
+# prom EXPR: the first result's value of an instant query (empty if none).
+prom() {
+    curl -fsS -m 5 "$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null |
+        python3 -c 'import json, sys; r = json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")' 2>/dev/null || true
+}
+# Scrape targets, one "instance=health" (and the last error) per target.
+targets() {
+    curl -fsS -m 5 "$PROM/api/v1/targets" 2>/dev/null | python3 -c '
+import json, sys
+for t in json.load(sys.stdin)["data"]["activeTargets"]:
+    err = t.get("lastError") or ""
+    print(t["labels"]["instance"] + "=" + t["health"] + ("(" + err + ")" if err else ""))' 2>/dev/null | sort | paste -sd ' ' - || true
+}
+t=$SECONDS
+want_targets="node1:9379=up node2:9379=up node3:9379=up"
+until [ "$(targets)" = "$want_targets" ]; do
+    [ $((SECONDS - t)) -ge 30 ] && break
+    sleep 0.5
+done
+got_targets=$(targets)
+if [ "$got_targets" = "$want_targets" ]; then
+    pass "prometheus (127.0.0.1:$PROM_PORT) scrape targets all up: $got_targets ($((SECONDS - t))s)"
+else
+    fail "prometheus scrape targets not all up within 30s: ${got_targets:-<no answer from $PROM/api/v1/targets>}"
+fi
+# PREFIX lookups on every node, on keys it owns (found by probing hash tags):
+# SET blocks 1 and 2 of a chain, ask for 1..3, expect a run of 2; then GET
+# blocks 1 and 3 (a hit and a miss; the bench's reads are all hits).
+prefix_ok=0 prefix_bad=""
+for s in "${NODES[@]}"; do
+    owned=0
+    for i in $(seq 1 200); do
+        tag="{pf:$s:$i}"
+        [[ "$(cli "${RESP_PORT[$s]}" PREFIX "$tag:1" 2>&1)" =~ ^[0-9]+$ ]] || continue
+        cli "${RESP_PORT[$s]}" SET "$tag:1" b1 >/dev/null
+        cli "${RESP_PORT[$s]}" SET "$tag:2" b2 >/dev/null
+        r=$(cli "${RESP_PORT[$s]}" PREFIX "$tag:1" "$tag:2" "$tag:3" 2>&1 || true)
+        if [ "$r" = 2 ]; then prefix_ok=$((prefix_ok + 1)); else prefix_bad+=" $s:PREFIX $tag:1..3=$r"; fi
+        cli "${RESP_PORT[$s]}" GET "$tag:1" >/dev/null
+        cli "${RESP_PORT[$s]}" GET "$tag:3" >/dev/null
+        owned=$((owned + 1))
+        [ "$owned" = 3 ] && break
+    done
+    [ "$owned" = 3 ] || prefix_bad+=" $s:owns $owned of 200 probed tags"
+done
+if [ -z "$prefix_bad" ]; then
+    pass "PREFIX on every node: $prefix_ok lookups of 3 blocks found runs of 2"
+else
+    fail "PREFIX lookups ($prefix_ok good):$prefix_bad"
+fi
+# Hit rates over the run, once Prometheus has scraped every node after the
+# lookups above (the newest sample of each target's up is later).
+t=$SECONDS t_lookups=$(date +%s)
+until [ -n "$(prom "min(timestamp(up{job=\"strata\"})) > $t_lookups")" ]; do
+    [ $((SECONDS - t)) -ge 20 ] && break
+    sleep 0.5
+done
+hit_q='sum(increase(strata_hits_total[5m])) / (sum(increase(strata_hits_total[5m])) + sum(increase(strata_misses_total[5m])))'
+prefix_q='sum(increase(strata_prefix_blocks_found_total[5m])) / sum(increase(strata_prefix_blocks_requested_total[5m]))'
+for q in "key hit rate|$hit_q" "PREFIX block hit rate|$prefix_q"; do
+    name=${q%%|*} expr=${q#*|}
+    v=$(prom "$expr")
+    if awk -v v="$v" 'BEGIN { exit !(v != "" && v != "NaN" && v + 0 > 0 && v + 0 <= 1) }'; then
+        pass "prometheus $name over the run: $v"
+    else
+        fail "prometheus $name: ${v:-no series} from: $expr"
+    fi
+done
+# The dashboard parses and every expression in it returns data.
+if python3 scripts/dashboard-check.py --interval 30s "$PROM" "$DASHBOARD" >"$WORK/dashboard.out" 2>&1; then
+    pass "$DASHBOARD: $(tail -n 1 "$WORK/dashboard.out")"
+else
+    fail "$DASHBOARD: $(tail -n 1 "$WORK/dashboard.out")"
+fi
+while read -r l; do
+    case "$l" in
+        FAIL*) fail "${l#FAIL }" ;;
+        PASS*) RESULTS+=("INFO ${l#PASS }") ;;
+    esac
+done <"$WORK/dashboard.out"
 
 # 6. known values through the cluster (redis-cli -c on the compose network) ---
 # The client runs in node1's container: -MOVED names node2/node3, which only
