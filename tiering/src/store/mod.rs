@@ -29,17 +29,20 @@
 //! The store never reads a clock: callers pass `now_ms`, which keeps expiry
 //! deterministic in tests. It never sees RESP.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use thiserror::Error;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3Builder};
 
 use crate::dram::{Arena, Chunk, SlabAllocator};
 use crate::gpu::DeviceMemory;
+
+mod index;
+mod placement;
+pub(crate) use index::scan_hash;
+use index::{Entry, Index};
 
 /// Store-wide settings, validated by the caller.
 #[derive(Debug, Clone)]
@@ -56,9 +59,6 @@ pub struct StoreConfig {
     /// (repair, hand-off) must not bring the key back.
     pub tombstone_ms: u64,
 }
-
-/// Tombstones kept at most; the oldest go first.
-const MAX_TOMBSTONES: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum StoreError {
@@ -398,183 +398,6 @@ impl Drop for Reservation {
     }
 }
 
-struct Entry {
-    slot: Arc<Slot>,
-    /// Position in the LRU order.
-    tick: u64,
-    expire_at_ms: Option<u64>,
-}
-
-/// Scan order key: (hash, key). Hashes are ≥ 1 and < 2^63 so that a cursor
-/// is a positive integer in every client and 0 can mean "start/done".
-type ScanKey = (u64, Bytes);
-
-pub(crate) fn scan_hash(key: &[u8]) -> u64 {
-    (xxh3_64(key) >> 1).max(1)
-}
-
-#[derive(Default)]
-struct Index {
-    map: HashMap<Bytes, Entry, Xxh3Builder>,
-    /// Stable iteration order for SCAN: keys never move while present, so a
-    /// full scan returns every key that was there throughout.
-    order: BTreeSet<ScanKey>,
-    /// DRAM values, least recently used first.
-    lru: BTreeMap<u64, Bytes>,
-    /// GPU values, least recently used first. Ticks are unique across both
-    /// orders, so a value moving between tiers keeps its age.
-    gpu_lru: BTreeMap<u64, Bytes>,
-    expiry: BTreeSet<(u64, Bytes)>,
-    tick: u64,
-    /// Deleted keys → (version of the delete, when).
-    tombstones: HashMap<Bytes, u64, Xxh3Builder>,
-    tombstone_order: std::collections::VecDeque<(u64, Bytes)>,
-}
-
-impl Index {
-    fn bury(&mut self, key: &[u8], now_ms: u64, keep_ms: u64) {
-        if keep_ms == 0 {
-            return;
-        }
-        // Newer than any write this node accepted in the same millisecond.
-        let version = (now_ms << 20) | 0xf_ffff;
-        let key = Bytes::copy_from_slice(key);
-        self.tombstones.insert(key.clone(), version);
-        self.tombstone_order.push_back((now_ms, key));
-        while let Some((at, k)) = self.tombstone_order.front() {
-            if *at + keep_ms > now_ms && self.tombstone_order.len() <= MAX_TOMBSTONES {
-                break;
-            }
-            let at = *at;
-            let k = k.clone();
-            self.tombstone_order.pop_front();
-            // Only if not re-buried since.
-            if self.tombstones.get(&k).is_some_and(|v| *v >> 20 <= at) {
-                self.tombstones.remove(&k);
-            }
-        }
-    }
-
-    fn next_tick(&mut self) -> u64 {
-        self.tick += 1;
-        self.tick
-    }
-
-    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let (k, e) = self.map.remove_entry(key)?;
-        self.order.remove(&(scan_hash(&k), k.clone()));
-        self.lru_of(e.slot.place).remove(&e.tick);
-        if let Some(at) = e.expire_at_ms {
-            self.expiry.remove(&(at, k));
-        }
-        Some(e)
-    }
-
-    fn insert(&mut self, key: Bytes, slot: Arc<Slot>, expire_at_ms: Option<u64>) -> Option<Entry> {
-        self.tombstones.remove(&key);
-        let old = self.remove(&key);
-        let tick = self.next_tick();
-        self.order.insert((scan_hash(&key), key.clone()));
-        self.lru_of(slot.place).insert(tick, key.clone());
-        if let Some(at) = expire_at_ms {
-            self.expiry.insert((at, key.clone()));
-        }
-        self.map.insert(
-            key,
-            Entry {
-                slot,
-                tick,
-                expire_at_ms,
-            },
-        );
-        old
-    }
-
-    /// Live entry for `key`; removes it if it has expired.
-    fn live(&mut self, key: &[u8], now_ms: u64, expired: &mut Vec<Entry>) -> Option<&mut Entry> {
-        let dead = match self.map.get(key) {
-            None => return None,
-            Some(e) => e.expire_at_ms.is_some_and(|at| at <= now_ms),
-        };
-        if dead {
-            expired.extend(self.remove(key));
-            return None;
-        }
-        self.map.get_mut(key)
-    }
-
-    /// Marks `key` most recently used. A key already among the most recent
-    /// eighth of the order is left where it is: eviction takes from the
-    /// other end, so moving it changes nothing but costs two tree updates
-    /// on every read of a hot key.
-    fn touch(&mut self, key: &[u8]) {
-        let recent = self.map.len() as u64 / RECENT_FRACTION;
-        let current = self.tick;
-        if self.map.get(key).is_some_and(|e| current - e.tick < recent) {
-            return;
-        }
-        let tick = self.next_tick();
-        if let Some(e) = self.map.get_mut(key) {
-            let lru = match e.slot.place {
-                Tier::Gpu => &mut self.gpu_lru,
-                Tier::Dram => &mut self.lru,
-            };
-            if let Some(k) = lru.remove(&e.tick) {
-                lru.insert(tick, k);
-            }
-            e.tick = tick;
-        }
-    }
-
-    fn lru_of(&mut self, place: Tier) -> &mut BTreeMap<u64, Bytes> {
-        match place {
-            Tier::Gpu => &mut self.gpu_lru,
-            Tier::Dram => &mut self.lru,
-        }
-    }
-
-    /// Swaps the value of a present key for the same value in another pool
-    /// (same version, expiry and age). Returns the old slot.
-    fn move_slot(&mut self, key: &Bytes, slot: Arc<Slot>) -> Option<Arc<Slot>> {
-        let e = self.map.get_mut(key)?;
-        let (tick, from, to) = (e.tick, e.slot.place, slot.place);
-        let old = std::mem::replace(&mut e.slot, slot);
-        if let Some(k) = self.lru_of(from).remove(&tick) {
-            self.lru_of(to).insert(tick, k);
-        }
-        Some(old)
-    }
-
-    /// Oldest key in `lru` at or after tick `from` whose value nobody reads
-    /// (an evictable one), looking past at most `MAX_PINNED_SKIPS` pinned.
-    fn oldest_unpinned(&self, place: Tier, from: u64) -> Option<(u64, Bytes)> {
-        let lru = match place {
-            Tier::Gpu => &self.gpu_lru,
-            Tier::Dram => &self.lru,
-        };
-        for (skipped, (tick, key)) in lru.range(from..).enumerate() {
-            if skipped > MAX_PINNED_SKIPS {
-                break;
-            }
-            let pinned = self
-                .map
-                .get(key)
-                .is_some_and(|e| Arc::strong_count(&e.slot) > 1);
-            if !pinned {
-                return Some((*tick, key.clone()));
-            }
-        }
-        None
-    }
-}
-
-/// See [`Index::touch`].
-const RECENT_FRACTION: u64 = 8;
-
-/// Eviction looks at most this many pinned values before giving up, so a
-/// write cannot spin over a store full of leased values.
-const MAX_PINNED_SKIPS: usize = 1024;
-
 /// Values one write may move down from the GPU to make room for itself
 /// (a 16 MiB value in a pool of 4 KiB ones needs 4096) before it gives up
 /// and stays in DRAM.
@@ -738,149 +561,6 @@ impl Store {
                 self.evicted(&key, e);
             }
         }
-    }
-
-    /// Moves `slot`, just committed under `key` in DRAM, up to the GPU,
-    /// making room by moving the GPU's least recently used values down. A
-    /// value that cannot go up simply stays in DRAM. Copies run without the
-    /// index lock; the caller's reference keeps the DRAM bytes alive (and
-    /// pinned) meanwhile, and the swap happens only if `key` still holds
-    /// this very slot (a write or delete that raced wins).
-    fn raise(&self, key: &Bytes, slot: &Arc<Slot>) {
-        let Some(gpu) = &self.shared.gpu else {
-            return;
-        };
-        if slot.place != Tier::Dram || slot.len == 0 || slot.len > gpu.watermark_bytes {
-            return;
-        }
-        let Some(chunk) = self.gpu_room(slot.len) else {
-            self.gpu_full.fetch_add(1, Relaxed);
-            return;
-        };
-        let src = Value { slot: slot.clone() };
-        if let Err(e) = gpu.device.upload(chunk.offset, src.as_slice()) {
-            gpu.alloc.lock().free(chunk);
-            self.gpu_errors.fetch_add(1, Relaxed);
-            tracing::warn!(error = %e, "GPU upload failed; the value stays in DRAM");
-            return;
-        }
-        let moved = slot.copy_at(Tier::Gpu, chunk, true);
-        gpu.value_bytes.fetch_add(slot.len, Relaxed);
-        // Whatever leaves the index is dropped after the lock is released.
-        let _old = {
-            let mut index = self.index.lock();
-            match index.map.get(key) {
-                Some(e) if Arc::ptr_eq(&e.slot, slot) => {
-                    self.gpu_uploads.fetch_add(1, Relaxed);
-                    index.move_slot(key, moved)
-                }
-                // Raced: the GPU copy is freed as `moved` drops.
-                _ => Some(moved),
-            }
-        };
-    }
-
-    /// A GPU chunk of `len` bytes, moving the GPU's least recently used
-    /// values down to DRAM until one fits; `None` if nothing more can
-    /// move.
-    fn gpu_room(&self, len: u64) -> Option<Chunk> {
-        let gpu = self.shared.gpu.as_ref()?;
-        for _ in 0..MAX_GPU_MOVES_PER_WRITE {
-            if let Some(chunk) = try_alloc_in(&gpu.alloc, gpu.watermark_bytes, len) {
-                return Some(chunk);
-            }
-            match self.demote_gpu_oldest() {
-                Ok(true) => {}
-                Ok(false) | Err(_) => return None,
-            }
-        }
-        None
-    }
-
-    /// Moves the least recently used unpinned GPU value down to DRAM
-    /// (which may evict DRAM values to the lower tier). The copy runs
-    /// without the index lock: the value is pinned meanwhile, and the swap
-    /// happens only if the key still holds it. A value whose bytes cannot
-    /// be copied out is dropped (counted and logged). Returns whether a
-    /// value left the GPU (`false`: none could).
-    fn demote_gpu_oldest(&self) -> Result<bool, StoreError> {
-        let gpu = self
-            .shared
-            .gpu
-            .as_ref()
-            .expect("GPU value without a GPU pool");
-        let (key, slot, mut res) = {
-            let mut index = self.index.lock();
-            let Some((_, key)) = index.oldest_unpinned(Tier::Gpu, 0) else {
-                return Ok(false);
-            };
-            let slot = index.map[&key].slot.clone();
-            let chunk = self.alloc_dram_locked(&mut index, slot.len)?;
-            let res = self.reservation(chunk, slot.len);
-            (key, slot, res)
-        };
-        let copied = gpu.device.download(slot.chunk.offset, res.as_mut_slice());
-        // Whatever leaves the index is dropped after the lock is released.
-        let _old = {
-            let mut index = self.index.lock();
-            let current = index
-                .map
-                .get(&key)
-                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot));
-            match copied {
-                Err(e) => {
-                    self.gpu_errors.fetch_add(1, Relaxed);
-                    tracing::error!(error = %e, "GPU download failed while moving a value to DRAM; the value is dropped");
-                    current
-                        .then(|| index.remove(&key).map(|e| e.slot))
-                        .flatten()
-                }
-                // Rewritten or deleted meanwhile: it left the GPU anyway.
-                Ok(()) if !current => None,
-                Ok(()) => {
-                    let chunk = res.chunk.take().expect("fresh reservation");
-                    self.shared.value_bytes.fetch_add(slot.len, Relaxed);
-                    self.gpu_demotions.fetch_add(1, Relaxed);
-                    index.move_slot(&key, slot.copy_at(Tier::Dram, chunk, true))
-                }
-            }
-        };
-        Ok(true)
-    }
-
-    /// A readable value for `slot`: itself if it is in DRAM, else a private
-    /// DRAM copy of its GPU bytes (freed when the reader lets go). Must be
-    /// called without the index lock (it may evict).
-    fn readable(&self, key: &[u8], slot: Arc<Slot>) -> Result<Value, StoreError> {
-        if slot.place == Tier::Dram {
-            return Ok(Value { slot });
-        }
-        let gpu = self
-            .shared
-            .gpu
-            .as_ref()
-            .expect("GPU value without a GPU pool");
-        let mut res = self.reserve(slot.len)?;
-        if let Err(e) = gpu.device.download(slot.chunk.offset, res.as_mut_slice()) {
-            self.gpu_errors.fetch_add(1, Relaxed);
-            tracing::error!(error = %e, "GPU download failed; the value is dropped");
-            // Its bytes cannot be read back: drop the key rather than
-            // answer from memory that may be wrong. Only this very value.
-            let mut index = self.index.lock();
-            if index
-                .map
-                .get(key)
-                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot))
-            {
-                drop(index.remove(key));
-            }
-            return Err(StoreError::Device(e.to_string()));
-        }
-        self.gpu_staged.fetch_add(1, Relaxed);
-        let chunk = res.chunk.take().expect("fresh reservation");
-        Ok(Value {
-            slot: slot.copy_at(Tier::Dram, chunk, false),
-        })
     }
 
     /// Counts an entry leaving DRAM and hands it to the lower tier.

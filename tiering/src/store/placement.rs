@@ -1,0 +1,158 @@
+//! GPU placement: which values live in the GPU pool, and the copies that
+//! move them between it and DRAM. No copy runs under the index lock: the
+//! value being copied is pinned by the mover's reference, and the index
+//! swaps to the copy only if the key still holds that very value.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::dram::Chunk;
+
+use super::{try_alloc_in, Slot, Store, StoreError, Tier, Value, MAX_GPU_MOVES_PER_WRITE};
+
+impl Store {
+    /// Moves `slot`, just committed under `key` in DRAM, up to the GPU,
+    /// making room by moving the GPU's least recently used values down. A
+    /// value that cannot go up simply stays in DRAM. Copies run without the
+    /// index lock; the caller's reference keeps the DRAM bytes alive (and
+    /// pinned) meanwhile, and the swap happens only if `key` still holds
+    /// this very slot (a write or delete that raced wins).
+    pub(super) fn raise(&self, key: &Bytes, slot: &Arc<Slot>) {
+        let Some(gpu) = &self.shared.gpu else {
+            return;
+        };
+        if slot.place != Tier::Dram || slot.len == 0 || slot.len > gpu.watermark_bytes {
+            return;
+        }
+        let Some(chunk) = self.gpu_room(slot.len) else {
+            self.gpu_full.fetch_add(1, Relaxed);
+            return;
+        };
+        let src = Value { slot: slot.clone() };
+        if let Err(e) = gpu.device.upload(chunk.offset, src.as_slice()) {
+            gpu.alloc.lock().free(chunk);
+            self.gpu_errors.fetch_add(1, Relaxed);
+            tracing::warn!(error = %e, "GPU upload failed; the value stays in DRAM");
+            return;
+        }
+        let moved = slot.copy_at(Tier::Gpu, chunk, true);
+        gpu.value_bytes.fetch_add(slot.len, Relaxed);
+        // Whatever leaves the index is dropped after the lock is released.
+        let _old = {
+            let mut index = self.index.lock();
+            match index.map.get(key) {
+                Some(e) if Arc::ptr_eq(&e.slot, slot) => {
+                    self.gpu_uploads.fetch_add(1, Relaxed);
+                    index.move_slot(key, moved)
+                }
+                // Raced: the GPU copy is freed as `moved` drops.
+                _ => Some(moved),
+            }
+        };
+    }
+
+    /// A GPU chunk of `len` bytes, moving the GPU's least recently used
+    /// values down to DRAM until one fits; `None` if nothing more can
+    /// move.
+    fn gpu_room(&self, len: u64) -> Option<Chunk> {
+        let gpu = self.shared.gpu.as_ref()?;
+        for _ in 0..MAX_GPU_MOVES_PER_WRITE {
+            if let Some(chunk) = try_alloc_in(&gpu.alloc, gpu.watermark_bytes, len) {
+                return Some(chunk);
+            }
+            match self.demote_gpu_oldest() {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// Moves the least recently used unpinned GPU value down to DRAM
+    /// (which may evict DRAM values to the lower tier). The copy runs
+    /// without the index lock: the value is pinned meanwhile, and the swap
+    /// happens only if the key still holds it. A value whose bytes cannot
+    /// be copied out is dropped (counted and logged). Returns whether a
+    /// value left the GPU (`false`: none could).
+    pub(super) fn demote_gpu_oldest(&self) -> Result<bool, StoreError> {
+        let gpu = self
+            .shared
+            .gpu
+            .as_ref()
+            .expect("GPU value without a GPU pool");
+        let (key, slot, mut res) = {
+            let mut index = self.index.lock();
+            let Some((_, key)) = index.oldest_unpinned(Tier::Gpu, 0) else {
+                return Ok(false);
+            };
+            let slot = index.map[&key].slot.clone();
+            let chunk = self.alloc_dram_locked(&mut index, slot.len)?;
+            let res = self.reservation(chunk, slot.len);
+            (key, slot, res)
+        };
+        let copied = gpu.device.download(slot.chunk.offset, res.as_mut_slice());
+        // Whatever leaves the index is dropped after the lock is released.
+        let _old = {
+            let mut index = self.index.lock();
+            let current = index
+                .map
+                .get(&key)
+                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot));
+            match copied {
+                Err(e) => {
+                    self.gpu_errors.fetch_add(1, Relaxed);
+                    tracing::error!(error = %e, "GPU download failed while moving a value to DRAM; the value is dropped");
+                    current
+                        .then(|| index.remove(&key).map(|e| e.slot))
+                        .flatten()
+                }
+                // Rewritten or deleted meanwhile: it left the GPU anyway.
+                Ok(()) if !current => None,
+                Ok(()) => {
+                    let chunk = res.chunk.take().expect("fresh reservation");
+                    self.shared.value_bytes.fetch_add(slot.len, Relaxed);
+                    self.gpu_demotions.fetch_add(1, Relaxed);
+                    index.move_slot(&key, slot.copy_at(Tier::Dram, chunk, true))
+                }
+            }
+        };
+        Ok(true)
+    }
+
+    /// A readable value for `slot`: itself if it is in DRAM, else a private
+    /// DRAM copy of its GPU bytes (freed when the reader lets go). Must be
+    /// called without the index lock (it may evict).
+    pub(super) fn readable(&self, key: &[u8], slot: Arc<Slot>) -> Result<Value, StoreError> {
+        if slot.place == Tier::Dram {
+            return Ok(Value { slot });
+        }
+        let gpu = self
+            .shared
+            .gpu
+            .as_ref()
+            .expect("GPU value without a GPU pool");
+        let mut res = self.reserve(slot.len)?;
+        if let Err(e) = gpu.device.download(slot.chunk.offset, res.as_mut_slice()) {
+            self.gpu_errors.fetch_add(1, Relaxed);
+            tracing::error!(error = %e, "GPU download failed; the value is dropped");
+            // Its bytes cannot be read back: drop the key rather than
+            // answer from memory that may be wrong. Only this very value.
+            let mut index = self.index.lock();
+            if index
+                .map
+                .get(key)
+                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot))
+            {
+                drop(index.remove(key));
+            }
+            return Err(StoreError::Device(e.to_string()));
+        }
+        self.gpu_staged.fetch_add(1, Relaxed);
+        let chunk = res.chunk.take().expect("fresh reservation");
+        Ok(Value {
+            slot: slot.copy_at(Tier::Dram, chunk, false),
+        })
+    }
+}
