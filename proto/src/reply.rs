@@ -44,6 +44,12 @@ pub enum Reply {
     Verbatim(String),
     /// RESP3 double; a bulk string in RESP2.
     Double(f64),
+    /// An out-of-band message (pub/sub): a RESP3 push (`>`), an array in
+    /// RESP2.
+    Push(Vec<Reply>),
+    /// Several replies to one command, written one after another
+    /// (`SUBSCRIBE a b` answers once per channel).
+    Seq(Vec<Reply>),
 }
 
 impl From<CommandError> for Reply {
@@ -67,6 +73,12 @@ impl Reply {
 
     /// Appends the encoded reply to `out`.
     pub fn encode(&self, version: RespVersion, out: &mut BytesMut) {
+        if let Reply::Seq(items) = self {
+            for r in items {
+                r.encode(version, out);
+            }
+            return;
+        }
         // Encoding a well-formed frame into a growable buffer cannot fail;
         // the crate returns Result only for its fixed-size-buffer APIs.
         let res = match version {
@@ -88,7 +100,7 @@ impl Reply {
             Reply::Int(i) => Frame2::Integer(*i),
             Reply::Bulk(b) => Frame2::BulkString(b.clone()),
             Reply::Nil => Frame2::Null,
-            Reply::Array(items) | Reply::Set(items) => {
+            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) | Reply::Seq(items) => {
                 Frame2::Array(items.iter().map(Reply::to_resp2).collect())
             }
             Reply::Map(pairs) => Frame2::Array(
@@ -125,7 +137,13 @@ impl Reply {
                 attributes: None,
             },
             Reply::Nil => Frame3::Null,
-            Reply::Array(items) => Frame3::Array {
+            // A nested Seq has no frame of its own; only a top-level one
+            // (handled in `encode`) is written as separate replies.
+            Reply::Array(items) | Reply::Seq(items) => Frame3::Array {
+                data: items.iter().map(Reply::to_resp3).collect(),
+                attributes: None,
+            },
+            Reply::Push(items) => Frame3::Push {
                 data: items.iter().map(Reply::to_resp3).collect(),
                 attributes: None,
             },

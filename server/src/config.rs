@@ -106,6 +106,14 @@ const KEYS: &[(&str, &str)] = &[
         "same-host clients read and write by cross-memory attach: auto or off",
     ),
     (
+        "notify_keyspace_events",
+        "keyspace notifications to publish, Redis' flags (e.g. KEA; empty = none; CONFIG SET notify-keyspace-events changes it live)",
+    ),
+    (
+        "pubsub_output_buffer_limit",
+        "bytes of messages a subscriber may have waiting before it is disconnected",
+    ),
+    (
         "log_level",
         "tracing filter, e.g. info or strata_server=debug",
     ),
@@ -222,6 +230,12 @@ pub struct Cli {
     /// Same-host clients move payloads by cross-memory attach: auto or off [default: auto].
     #[arg(long, env = "STRATA_CMA")]
     cma: Option<String>,
+    /// Keyspace notifications, Redis' flags (e.g. KEA) [default: none].
+    #[arg(long, env = "STRATA_NOTIFY_KEYSPACE_EVENTS")]
+    notify_keyspace_events: Option<String>,
+    /// Bytes of messages a subscriber may have waiting before it is cut off [default: 32MiB].
+    #[arg(long, env = "STRATA_PUBSUB_OUTPUT_BUFFER_LIMIT")]
+    pubsub_output_buffer_limit: Option<String>,
     /// A tracing filter, e.g. debug or strata_server=debug [default: info].
     #[arg(long, env = "STRATA_LOG_LEVEL")]
     log_level: Option<String>,
@@ -269,6 +283,14 @@ impl Cli {
             ("device_name", self.device_name.as_ref()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
             ("cma", self.cma.as_ref()),
+            (
+                "notify_keyspace_events",
+                self.notify_keyspace_events.as_ref(),
+            ),
+            (
+                "pubsub_output_buffer_limit",
+                self.pubsub_output_buffer_limit.as_ref(),
+            ),
             ("log_level", self.log_level.as_ref()),
         ]
     }
@@ -323,6 +345,10 @@ pub struct Config {
     /// `auto`: offer cross-memory attach to clients on this host that prove
     /// it works (`STRATA.CMA`); `off`: never.
     pub cma: String,
+    /// Keyspace notification flags at start, normalized (`CONFIG SET`
+    /// changes the live ones, in `Node::pubsub`).
+    pub notify_keyspace_events: String,
+    pub pubsub_output_buffer_limit: u64,
     pub log_level: String,
 }
 
@@ -396,6 +422,8 @@ impl Default for Config {
             device_name: String::new(),
             rdma_fallback_tcp: false,
             cma: "auto".into(),
+            notify_keyspace_events: String::new(),
+            pubsub_output_buffer_limit: 32 * MIB,
             log_level: "info".into(),
         }
     }
@@ -686,6 +714,12 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             }
             cfg.cma = v.into();
         }
+        "notify_keyspace_events" => {
+            cfg.notify_keyspace_events = crate::pubsub::keyspace::Flags::parse(v)?.to_string()
+        }
+        "pubsub_output_buffer_limit" => {
+            cfg.pubsub_output_buffer_limit = size_in(v, 64 * KIB, 4 * GIB)?
+        }
         "rdma_fallback_tcp" => {
             cfg.rdma_fallback_tcp = match v.trim() {
                 "true" | "1" | "yes" => true,
@@ -808,6 +842,14 @@ impl Config {
             ("device_name", self.device_name.clone()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),
             ("cma", self.cma.clone()),
+            (
+                "notify_keyspace_events",
+                self.notify_keyspace_events.clone(),
+            ),
+            (
+                "pubsub_output_buffer_limit",
+                self.pubsub_output_buffer_limit.to_string(),
+            ),
             ("log_level", self.log_level.clone()),
             // redis-benchmark asks for these at start; we persist nothing.
             ("save", String::new()),

@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 
 use crate::cmd::{self, Out};
 use crate::node::{now_ms, Node};
+use crate::pubsub::{Mailbox, Subscriber};
 
 /// Replies accumulate up to this much before being written mid-batch, so a
 /// deep pipeline of GETs cannot grow the reply buffer without bound.
@@ -66,6 +67,19 @@ pub struct Session {
     /// The process (pid, start time) that proved itself with it: the only
     /// one whose memory `cma` descriptors on this connection may name.
     pub cma_peer: Option<(u32, u64)>,
+    /// Channels and patterns this connection receives messages on.
+    pub sub: Option<Subscriber>,
+}
+
+impl Session {
+    /// In RESP2 subscribed mode (at least one subscription).
+    pub fn subscribed_resp2(&self) -> bool {
+        self.resp == RespVersion::Resp2 && self.sub.as_ref().is_some_and(|s| s.count() > 0)
+    }
+
+    fn mailbox(&self) -> Option<Arc<Mailbox>> {
+        self.sub.as_ref().map(|s| s.mailbox.clone())
+    }
 }
 
 /// A piece of queued reply output.
@@ -96,6 +110,9 @@ struct Conn<'a> {
     /// KiB of the node-wide request budget this connection holds for the
     /// request it is receiving.
     budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Bytes of pub/sub messages in the output not yet written (they count
+    /// against the subscriber's limit until they are).
+    mail_unwritten: usize,
     session: Session,
 }
 
@@ -112,6 +129,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         leases: HashSet::new(),
         cma_nonce: None,
         cma_peer: None,
+        sub: None,
     };
     let mut conn = Conn {
         node,
@@ -122,11 +140,15 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         queued_bytes: 0,
         discard: None,
         budget: None,
+        mail_unwritten: 0,
         session,
     };
     let result = conn.run().await;
     for id in conn.session.leases.drain() {
         node.leases.release(id);
+    }
+    if let Some(sub) = &mut conn.session.sub {
+        node.pubsub.leave(sub);
     }
     result
 }
@@ -148,6 +170,8 @@ impl Conn<'_> {
             let need = loop {
                 match self.next_step() {
                     Step::Request(args) => {
+                        // Messages that arrived first go out first.
+                        self.take_mail();
                         let mut out =
                             cmd::execute(self.node, &mut self.session, &args, now_ms(), false);
                         if let Out::Rerun(before) = out {
@@ -189,7 +213,28 @@ impl Conn<'_> {
             if need > self.rbuf.len() {
                 self.rbuf.reserve(need - self.rbuf.len());
             }
-            let n = self.sock.read_buf(&mut self.rbuf).await?;
+            let n = match self.session.mailbox() {
+                None => self.sock.read_buf(&mut self.rbuf).await?,
+                Some(mb) => {
+                    // read_buf is cancel safe: a message wakes the
+                    // connection without losing request bytes.
+                    let woke = tokio::select! {
+                        r = self.sock.read_buf(&mut self.rbuf) => Some(r?),
+                        _ = mb.ready() => None,
+                    };
+                    match woke {
+                        Some(n) => n,
+                        None => {
+                            if mb.is_cut() {
+                                return Ok(());
+                            }
+                            self.take_mail();
+                            self.flush().await?;
+                            continue;
+                        }
+                    }
+                }
+            };
             if n == 0 {
                 return Ok(());
             }
@@ -383,8 +428,30 @@ impl Conn<'_> {
         Ok(())
     }
 
-    /// Writes everything queued: the segments, then the reply buffer.
+    /// Moves waiting pub/sub messages into the output.
+    fn take_mail(&mut self) {
+        if let Some(sub) = &self.session.sub {
+            self.mail_unwritten += sub.mailbox.take(&mut self.wbuf);
+        }
+    }
+
+    /// Writes everything queued. A subscriber cut off at its output limit
+    /// stops writing at once and is closed, even if its socket is stuck.
     async fn flush(&mut self) -> std::io::Result<()> {
+        let Some(mb) = self.session.mailbox() else {
+            return self.write_out().await;
+        };
+        let written = tokio::select! {
+            r = self.write_out() => r,
+            _ = mb.cut() => Err(std::io::Error::other("subscriber over pubsub_output_buffer_limit")),
+        };
+        written?;
+        mb.written(std::mem::take(&mut self.mail_unwritten));
+        Ok(())
+    }
+
+    /// Writes the segments, then the reply buffer.
+    async fn write_out(&mut self) -> std::io::Result<()> {
         if !self.wbuf.is_empty() {
             if self.queued.is_empty() {
                 self.sock.write_all(&self.wbuf).await?;

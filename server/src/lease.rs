@@ -19,10 +19,10 @@
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use strata_rdma::{ReadGuard, Refusal};
+use strata_rdma::{ReadGuard, Refusal, TransportKind};
 use strata_tiering::Value;
 
 use crate::node::now_ms;
@@ -36,6 +36,9 @@ const SWEEP_BATCH_MAX: usize = 4096;
 struct Lease {
     values: Vec<Value>,
     expires_ms: u64,
+    /// A zero-copy GET's lease: when it was granted and over what, so its
+    /// RELEASE can time the client's read.
+    transfer: Option<(Instant, TransportKind)>,
 }
 
 /// Pins per epoch, for the data plane's lookups.
@@ -97,6 +100,26 @@ impl Leases {
     /// (never 0, which the protocol uses for "no lease") and, per value,
     /// the read token its descriptor must carry.
     pub fn grant(&self, values: Vec<Value>, expires_ms: u64) -> (u64, Vec<u64>) {
+        self.grant_inner(values, expires_ms, None)
+    }
+
+    /// Like [`Leases::grant`], for a value a client reads over `transport`
+    /// ([`Leases::release_timed`] then says how long it held it).
+    pub fn grant_transfer(
+        &self,
+        values: Vec<Value>,
+        expires_ms: u64,
+        transport: TransportKind,
+    ) -> (u64, Vec<u64>) {
+        self.grant_inner(values, expires_ms, Some((Instant::now(), transport)))
+    }
+
+    fn grant_inner(
+        &self,
+        values: Vec<Value>,
+        expires_ms: u64,
+        transfer: Option<(Instant, TransportKind)>,
+    ) -> (u64, Vec<u64>) {
         let mut t = self.table.lock();
         t.next_id += 1;
         let id = t.next_id;
@@ -125,7 +148,14 @@ impl Leases {
             tokens.push(token);
         }
         t.expiry.insert((expires_ms, id));
-        t.by_id.insert(id, Lease { values, expires_ms });
+        t.by_id.insert(
+            id,
+            Lease {
+                values,
+                expires_ms,
+                transfer,
+            },
+        );
         (id, tokens)
     }
 
@@ -143,9 +173,19 @@ impl Leases {
 
     /// Ends a lease; returns whether it was live.
     pub fn release(&self, id: u64) -> bool {
+        self.release_timed(id).0
+    }
+
+    /// Ends a lease; returns whether it was live and, for a transfer's
+    /// lease, its transport and how long since it was granted.
+    pub fn release_timed(&self, id: u64) -> (bool, Option<(TransportKind, Duration)>) {
         // The pinned values are dropped after the lock is released.
         let lease = self.table.lock().drop_lease(id);
-        lease.is_some()
+        let timed = lease
+            .as_ref()
+            .and_then(|l| l.transfer)
+            .map(|(at, kind)| (kind, at.elapsed()));
+        (lease.is_some(), timed)
     }
 
     /// Drops leases whose time has come; returns how many.

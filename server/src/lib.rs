@@ -17,6 +17,7 @@ pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod node;
+pub mod pubsub;
 pub mod tiers;
 
 use std::sync::Arc;
@@ -32,6 +33,7 @@ const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// Runs a node until SIGINT or SIGTERM.
 pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     let node = Arc::new(Node::start(cfg).await.context("cannot start the node")?);
+    tiers::publish_tier_events(&node);
     let resp = listener::bind(&node).await?;
     let http = if node.cfg.metrics_port != 0 {
         Some(http::bind(&node).await?)

@@ -63,6 +63,8 @@ pub struct Node {
     /// The last ring every local key was repaired against.
     repaired_ring: parking_lot::Mutex<Arc<strata_ring::Ring>>,
     pub metrics: Metrics,
+    /// Pub/sub channels and keyspace notifications.
+    pub pubsub: crate::pubsub::Hub,
     /// Framing limits derived from the config.
     pub limits: Limits,
     /// One permit per allowed client connection.
@@ -165,6 +167,12 @@ impl Node {
                 (cfg.max_buffered_requests_size / 1024) as usize,
             )),
             metrics: Metrics::new(),
+            pubsub: crate::pubsub::Hub::new(
+                cfg.pubsub_output_buffer_limit,
+                crate::pubsub::keyspace::Flags::parse(&cfg.notify_keyspace_events)
+                    .map_err(anyhow::Error::msg)
+                    .context("notify_keyspace_events")?,
+            ),
             limits,
             arena_region,
             store,
@@ -188,6 +196,23 @@ impl Node {
     /// Offset of an arena address within the registered region.
     pub fn arena_offset(&self, addr: usize) -> u64 {
         addr as u64 - self.arena_region.addr()
+    }
+
+    /// Publishes a keyspace event for a key this node owns. In a cluster
+    /// only a key's primary publishes (a replica's copy is not news), so a
+    /// subscriber to every node sees each event once.
+    pub fn notify_owned(&self, event: crate::pubsub::keyspace::Event, key: &[u8]) {
+        if !self.pubsub.keyspace.wants(event) {
+            return;
+        }
+        if !self.cluster.standalone() {
+            let ring = self.cluster.ring();
+            let primary = ring.replicas(strata_ring::key_slot(key), 1);
+            if primary.first().is_some_and(|n| n.id != self.cluster.me.id) {
+                return;
+            }
+        }
+        self.pubsub.notify(event, key);
     }
 
     pub fn next_client_id(&self) -> u64 {

@@ -2,6 +2,7 @@
 //! tier (`ssd_*` keys), through [`strata_tiering::spill::Spill`].
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -182,8 +183,14 @@ pub async fn promote(node: &Arc<Node>, keys: Vec<Bytes>, now_ms: u64) -> Result<
         .buffer_unordered(PROMOTE_CONCURRENCY);
     let mut first_error = None;
     while let Some(r) = results.next().await {
-        if let Err(e) = r {
-            first_error.get_or_insert(e);
+        match r {
+            Ok(true) => {
+                node.metrics.counters.nvme_hits_total.fetch_add(1, Relaxed);
+            }
+            Ok(false) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
     }
     match first_error {
@@ -243,4 +250,19 @@ pub async fn shut_down(node: &Node, spill: &Spill, max: std::time::Duration) {
         dropped = s.dropped,
         "NVMe tier closed"
     );
+}
+
+/// Tells the node's subscribers of evictions, tier moves and expiries
+/// inside the store (keyspace notifications). The store holds the
+/// observer, so it holds the node weakly.
+pub fn publish_tier_events(node: &Arc<Node>) {
+    struct Events(std::sync::Weak<Node>);
+    impl strata_tiering::Observer for Events {
+        fn tier_event(&self, event: strata_tiering::TierEvent, key: &[u8]) {
+            if let Some(node) = self.0.upgrade() {
+                node.notify_owned(crate::pubsub::keyspace::Event::from_tier(event), key);
+            }
+        }
+    }
+    node.store.observe(Arc::new(Events(Arc::downgrade(node))));
 }

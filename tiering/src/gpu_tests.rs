@@ -226,8 +226,9 @@ struct Below {
 }
 
 impl LowerTier for Below {
-    fn evicted(&self, key: &Bytes, value: &[u8], _info: Evicted) {
+    fn evicted(&self, key: &Bytes, value: &[u8], _info: Evicted) -> bool {
         self.keys.lock().push((key.clone(), value.to_vec()));
+        true
     }
     fn forget(&self, _key: &[u8]) -> bool {
         false

@@ -14,6 +14,7 @@
 
 mod below;
 pub mod dram;
+pub mod events;
 pub mod gpu;
 pub mod keylog;
 pub mod nvme;
@@ -23,6 +24,7 @@ pub mod store;
 #[cfg(test)]
 mod gpu_tests;
 
+pub use events::{Observer, TierEvent};
 pub use store::{
     Condition, Evicted, Expiry, GpuStats, LowerTier, Meta, Reservation, Store, StoreConfig,
     StoreError, StoreStats, Tier, Ttl, Value,

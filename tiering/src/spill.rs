@@ -524,7 +524,7 @@ impl<B: Backend> Spill<B> {
 }
 
 impl<B: Backend> LowerTier for Spill<B> {
-    fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted) {
+    fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted) -> bool {
         {
             let mut st = self.state.lock();
             // Read back from NVMe and unchanged: the copy there is this one,
@@ -532,7 +532,7 @@ impl<B: Backend> LowerTier for Spill<B> {
             if info.clean && (st.pending.contains_key(key) || self.tier.contains(key)) {
                 st.below.insert(key.clone(), info.expire_at_ms, false);
                 self.counters.kept.fetch_add(1, Relaxed);
-                return;
+                return true;
             }
             // Whatever was known below for this key is gone (foyer reclaimed
             // a clean copy); a copy queued now is indexed afresh.
@@ -540,12 +540,12 @@ impl<B: Backend> LowerTier for Spill<B> {
         }
         if value.len() as u64 > self.max_value() {
             self.counters.too_large.fetch_add(1, Relaxed);
-            return;
+            return false;
         }
         let len = value.len() as u64 + HEADER_BYTES;
         if self.queued_bytes.load(Relaxed) + len > self.cfg.queue_bytes {
             self.counters.dropped.fetch_add(1, Relaxed);
-            return;
+            return false;
         }
         let mut blob = BytesMut::with_capacity(len as usize);
         Header {
@@ -569,6 +569,7 @@ impl<B: Backend> LowerTier for Spill<B> {
             gen
         };
         let _ = self.tx.send((key.clone(), gen));
+        true
     }
 
     fn forget(&self, key: &[u8]) -> bool {

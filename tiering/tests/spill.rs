@@ -546,3 +546,79 @@ async fn scan_and_dbsize_cover_every_tier_once() {
     assert_eq!(restarted.len(), n - 3);
     assert_eq!(sorted(scan_all(&restarted, 9, NOW)), all(&[3, 7, 70]));
 }
+
+/// Records every tier event the store reports.
+#[derive(Default)]
+struct Events(parking_lot::Mutex<Vec<(strata_tiering::TierEvent, Bytes)>>);
+
+impl strata_tiering::Observer for Events {
+    fn tier_event(&self, event: strata_tiering::TierEvent, key: &[u8]) {
+        self.0.lock().push((event, Bytes::copy_from_slice(key)));
+    }
+}
+
+impl Events {
+    fn of(&self, event: strata_tiering::TierEvent) -> Vec<Bytes> {
+        let all = self.0.lock();
+        all.iter()
+            .filter(|(e, _)| *e == event)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reports_spills_promotions_evictions_and_expiries() {
+    use strata_tiering::TierEvent::{Evicted, Expired, Promoted, Spilled};
+    // Without a lower tier, a value pushed out of DRAM is evicted.
+    let alone = store(2 * MIB);
+    let events = Arc::new(Events::default());
+    assert!(alone.observe(events.clone()));
+    let len = 200 * KIB as usize;
+    for i in 0..20 {
+        let mut res = alone.reserve(len as u64).unwrap();
+        res.as_mut_slice().copy_from_slice(&value(i, len));
+        assert!(alone.commit(key(i), res, Condition::Always, Expiry::Persist, NOW));
+    }
+    let evicted = events.of(Evicted);
+    assert!(!evicted.is_empty(), "nothing evicted");
+    for k in &evicted {
+        assert!(
+            !alone.exists(k, NOW),
+            "{k:?} reported evicted but still there"
+        );
+    }
+    assert!(events.of(Spilled).is_empty());
+
+    // Over NVMe the same pressure spills instead, and a read brings the
+    // value back (promoted).
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(2 * MIB);
+    let events = Arc::new(Events::default());
+    assert!(store.observe(events.clone()));
+    assert!(
+        !store.observe(events.clone()),
+        "a second observer is refused"
+    );
+    let tier = NvmeTier::with_backend(
+        open_tier(dir.path(), 32 * MIB).await,
+        MAX_VALUE + HEADER_BYTES,
+    );
+    let spill = attach(&store, tier, None);
+    for i in 0..20 {
+        set(&store, &spill, i, len, Expiry::Persist).await;
+    }
+    spill.drain(Duration::from_secs(30)).await.unwrap();
+    let spilled = events.of(Spilled);
+    assert!(!spilled.is_empty(), "nothing spilled");
+    assert!(events.of(Evicted).is_empty(), "{:?}", events.of(Evicted));
+    let first = spilled[0].clone();
+    let i: u64 = std::str::from_utf8(&first[6..]).unwrap().parse().unwrap();
+    assert_eq!(read(&store, &spill, i).await.unwrap(), value(i, len));
+    assert_eq!(events.of(Promoted), vec![first]);
+
+    // A value whose TTL passes is reported once, by the periodic sweep.
+    set(&store, &spill, 99, 16, Expiry::At(NOW + 5)).await;
+    assert_eq!(store.expire_some(NOW + 10, 100), 1);
+    assert_eq!(events.of(Expired), vec![key(99)]);
+}

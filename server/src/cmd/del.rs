@@ -6,6 +6,7 @@ use bytes::Bytes;
 use strata_proto::Reply;
 
 use super::{Ctx, Out};
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     // A key being moved here is fetched first, so the delete applies to it
@@ -14,9 +15,12 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.fetch_from_peers(&args[1..]) {
         return out;
     }
-    let n = args[1..]
-        .iter()
-        .filter(|k| ctx.node.store.delete(k, ctx.now_ms))
-        .count();
+    let mut n = 0;
+    for k in &args[1..] {
+        if ctx.node.store.delete(k, ctx.now_ms) {
+            ctx.notify(Event::Del, k);
+            n += 1;
+        }
+    }
     ctx.forward(args, Reply::Int(n as i64))
 }

@@ -7,6 +7,7 @@ use strata_proto::{CommandError, Reply};
 use strata_tiering::Ttl;
 
 use super::{int_arg, Ctx, Out};
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.fetch_missing(&args[1..2]) {
@@ -57,5 +58,14 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }
     let at = at.max(0) as u64;
     let set = store.set_expiry(&args[1], Some(at), ctx.now_ms);
+    if set {
+        // Redis: a time already past deletes the key, and says `del`.
+        let event = if at <= ctx.now_ms {
+            Event::Del
+        } else {
+            Event::Expire
+        };
+        ctx.notify(event, &args[1]);
+    }
     ctx.forward(args, Reply::Int(i64::from(set)))
 }

@@ -12,6 +12,8 @@ use strata_rdma::{Transport, TransportKind};
 use strata_tiering::Value;
 
 use super::{desc_arg, store_error, transfer_error, Ctx, Out};
+use crate::metrics::Direction;
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.fetch_missing(&args[1..2]) {
@@ -19,7 +21,12 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }
     match args {
         [_, key] => match ctx.node.store.get(key, ctx.now_ms) {
-            Ok(v) => Out::Value(v),
+            Ok(v) => {
+                if v.is_none() {
+                    ctx.notify(Event::KeyMiss, key);
+                }
+                Out::Value(v)
+            }
             Err(e) => store_error(e).into(),
         },
         [_, key, desc] => match lease(ctx, key, desc) {
@@ -50,12 +57,11 @@ fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandErr
             ),
         ));
     }
-    let value = ctx
-        .node
-        .store
-        .get(key, ctx.now_ms)
-        .map_err(store_error)?
-        .ok_or_else(|| CommandError::new(ErrorCode::NotFound, "no such key"))?;
+    let value = ctx.node.store.get(key, ctx.now_ms).map_err(store_error)?;
+    let Some(value) = value else {
+        ctx.notify(Event::KeyMiss, key);
+        return Err(CommandError::new(ErrorCode::NotFound, "no such key"));
+    };
     if value.len() > dst.len {
         return Err(CommandError::new(
             ErrorCode::TooLarge,
@@ -91,9 +97,14 @@ fn grant(ctx: &mut Ctx<'_>, value: Value, cma: bool) -> Result<((String, u64), u
     }
     let len = value.len();
     let offset = node.arena_offset(value.addr());
-    let (id, tokens) = node
-        .leases
-        .grant(vec![value], ctx.now_ms + node.cfg.lease_ttl_ms);
+    let transport = if cma {
+        TransportKind::Cma
+    } else {
+        node.transport.kind()
+    };
+    let (id, tokens) =
+        node.leases
+            .grant_transfer(vec![value], ctx.now_ms + node.cfg.lease_ttl_ms, transport);
     let described = match node.cma.as_ref().filter(|_| cma) {
         Some(c) => Ok(strata_rdma::cma::describe(
             &c.me,
@@ -114,5 +125,8 @@ fn grant(ctx: &mut Ctx<'_>, value: Value, cma: bool) -> Result<((String, u64), u
         }
     };
     ctx.session.leases.insert(id);
+    node.metrics
+        .transfers
+        .add_bytes(Direction::Out, transport, len);
     Ok(((src.to_string(), len), id))
 }

@@ -56,6 +56,9 @@ fn apply(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), CommandError> {
         ));
     }
     ctx.session.resp = version;
+    if let Some(sub) = &ctx.session.sub {
+        sub.mailbox.set_resp(version);
+    }
     if let Some(n) = name {
         ctx.session.name = Some(n);
     }

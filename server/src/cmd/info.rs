@@ -148,6 +148,46 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 }
                 None => line(out, "cma_enabled", 0),
             }
+            let nvme_hits = c.nvme_hits_total.load(Relaxed);
+            line(out, "keyspace_hits_gpu", s.gpu.hits);
+            line(out, "keyspace_hits_nvme", nvme_hits);
+            line(
+                out,
+                "keyspace_hits_dram",
+                s.hits.saturating_sub(s.gpu.hits + nvme_hits),
+            );
+            let p = &node.metrics.prefixes;
+            line(out, "prefix_lookups", p.lookups.load(Relaxed));
+            line(out, "prefix_blocks_requested", p.requested.load(Relaxed));
+            line(out, "prefix_blocks_found", p.found.load(Relaxed));
+            for f in node.metrics.transfers.flows() {
+                let name = format!("transfer_{}_{}", f.direction.as_str(), f.transport);
+                line(out, &format!("{name}_count"), f.transfers.load(Relaxed));
+                line(out, &format!("{name}_bytes"), f.bytes.load(Relaxed));
+                line(out, &format!("{name}_usec"), f.usec.load(Relaxed));
+            }
+            let hub = &node.pubsub;
+            line(out, "pubsub_channels", hub.channel_count());
+            line(out, "pubsub_patterns", hub.pattern_count());
+            line(out, "pubsub_subscribers", hub.subscribers());
+            line(out, "pubsub_messages", hub.stats.messages.load(Relaxed));
+            line(out, "pubsub_dropped", hub.stats.dropped.load(Relaxed));
+            line(
+                out,
+                "pubsub_disconnected",
+                hub.stats.disconnected.load(Relaxed),
+            );
+            line(out, "notify_keyspace_events", hub.keyspace.flags());
+            for (e, n) in crate::pubsub::keyspace::Event::ALL
+                .iter()
+                .zip(&hub.keyspace.published)
+            {
+                line(
+                    out,
+                    &format!("keyspace_events_{}", e.name()),
+                    n.load(Relaxed),
+                );
+            }
         }
         "tiers" => {
             out.push_str("# Tiers\r\n");

@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use super::{Ctx, Out};
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if let Some(out) = ctx.fetch_missing(&args[1..]) {
@@ -11,9 +12,16 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     match args[1..]
         .iter()
         .map(|k| ctx.node.store.get(k, ctx.now_ms))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
     {
-        Ok(values) => Out::Values(values),
+        Ok(values) => {
+            for (k, v) in args[1..].iter().zip(&values) {
+                if v.is_none() {
+                    ctx.notify(Event::KeyMiss, k);
+                }
+            }
+            Out::Values(values)
+        }
         Err(e) => super::store_error(e).into(),
     }
 }

@@ -17,6 +17,7 @@ use strata_tiering::Value;
 
 use crate::connection::Session;
 use crate::node::Node;
+use crate::pubsub::keyspace::Event;
 
 mod auth;
 mod client;
@@ -38,6 +39,8 @@ mod mput;
 mod mset;
 mod ping;
 mod prefix;
+mod publish;
+mod pubsub;
 mod put;
 mod quit;
 mod release;
@@ -50,7 +53,9 @@ mod strata_handoff;
 mod strata_meta;
 mod strata_replicate;
 mod strlen;
+mod subscribe;
 mod ttl;
+mod unsubscribe;
 
 /// What a command produces: a reply, or values to be written straight from
 /// store memory.
@@ -118,6 +123,14 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Publishes a keyspace event for a client's command (never for one
+    /// applied on behalf of another node: its owner published it).
+    pub fn notify(&self, event: Event, key: &[u8]) {
+        if !self.internal {
+            self.node.notify_owned(event, key);
+        }
+    }
+
     /// For commands that read keys: any of `keys` missing from DRAM is
     /// brought in first, then the request runs again. A key below DRAM is
     /// promoted from NVMe; one missing while this node is still receiving
@@ -382,7 +395,11 @@ pub static COMMANDS: &[Spec] = &[
     write(spec("PEXPIRE", -3, ONE_KEY, "generic", "Sets a key's time to live in milliseconds.", expire::run)),
     open(spec("PING", -1, NO_KEYS, "connection", "Replies PONG.", ping::run)),
     spec("PREFIX", -2, ALL_KEYS, "strata", "Length of the run of present keys from the first.", prefix::run),
+    spec("PSUBSCRIBE", -2, NO_KEYS, "pubsub", "Receives messages on channels matching glob patterns.", subscribe::run),
     spec("PTTL", 2, ONE_KEY, "generic", "A key's time to live in milliseconds.", ttl::run),
+    spec("PUBLISH", 3, NO_KEYS, "pubsub", "Sends a message to this node's subscribers of a channel.", publish::run),
+    spec("PUBSUB", -2, NO_KEYS, "pubsub", "Channels, subscriber and pattern counts (CHANNELS, NUMSUB, NUMPAT).", pubsub::run),
+    spec("PUNSUBSCRIBE", -1, NO_KEYS, "pubsub", "Ends pattern subscriptions.", unsubscribe::run),
     write(spec("PUT", -3, ONE_KEY, "strata", "Stores a value pulled from a memory descriptor.", put::run)),
     open(spec("QUIT", -1, NO_KEYS, "connection", "Closes the connection.", quit::run)),
     spec("RELEASE", -2, NO_KEYS, "strata", "Ends leases.", release::run),
@@ -395,8 +412,10 @@ pub static COMMANDS: &[Spec] = &[
     spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum, epoch and version of a value.", strata_meta::run),
     write(spec("STRATA.REPLICATE", 5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),
     spec("STRLEN", 2, ONE_KEY, "string", "Length of a key's value.", strlen::run),
+    spec("SUBSCRIBE", -2, NO_KEYS, "pubsub", "Receives messages published on channels (and keyspace events).", subscribe::run),
     spec("TTL", 2, ONE_KEY, "generic", "A key's time to live in seconds.", ttl::run),
     write(spec("UNLINK", -2, ALL_KEYS, "generic", "Deletes keys.", del::run)),
+    spec("UNSUBSCRIBE", -1, NO_KEYS, "pubsub", "Ends channel subscriptions.", unsubscribe::run),
 ];
 
 /// Longest command name in the table; longer input cannot match.
@@ -451,6 +470,20 @@ pub fn execute(
     }
     if !arity_ok(spec.arity, args.len()) {
         return CommandError::wrong_arity(spec.name).into();
+    }
+    // RESP2 has no out-of-band frames: a subscribed connection's replies
+    // and messages share one stream, so Redis allows only these there.
+    if session.subscribed_resp2()
+        && !matches!(
+            spec.name,
+            "SUBSCRIBE" | "PSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "PING" | "QUIT"
+        )
+    {
+        return CommandError::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            spec.name.to_ascii_lowercase()
+        ))
+        .into();
     }
     if spec.keys.0 > 0 && !node.cluster.standalone() {
         if let Err(e) = node.cluster.route(keys_of(spec, args)) {

@@ -5,6 +5,8 @@
 //! out at once on each connection, so the batch costs one data-plane round
 //! trip whatever its size.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use strata_proto::{CommandError, Reply};
 use strata_rdma::{ReadOp, Transport, TransportKind};
@@ -13,7 +15,9 @@ use strata_tiering::{Condition, Expiry};
 use super::put::{cma_pull, prepare};
 use super::{own_key, transfer_error, Ctx, Out};
 use crate::cluster::replicate;
+use crate::metrics::Direction;
 use crate::node::now_ms;
+use crate::pubsub::keyspace::Event;
 
 /// A batch is one request's worth of blocks; larger ones are split by the
 /// client.
@@ -65,7 +69,18 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 dst_offset: node.arena_offset(res.addr()),
             })
             .collect();
+        let start = Instant::now();
         let mut read = node.transport.read_many(&ops).await.into_iter();
+        // One transfer per batch: the node pulls all of it in one round.
+        if !ops.is_empty() {
+            let bytes = ops.iter().map(|o| o.src.len).sum();
+            node.metrics.transfers.record(
+                Direction::In,
+                node.transport.kind(),
+                bytes,
+                start.elapsed(),
+            );
+        }
         drop(ops);
         let mut writes = Vec::with_capacity(pulls.len());
         for (i, key, desc, res, targets) in pulls {
@@ -75,7 +90,15 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                     .expect("one result per read")
                     .map_err(transfer_error)
             } else if desc.len > 0 {
-                cma_pull(&node, &desc, &res)
+                let start = Instant::now();
+                cma_pull(&node, &desc, &res).inspect(|()| {
+                    node.metrics.transfers.record(
+                        Direction::In,
+                        TransportKind::Cma,
+                        desc.len,
+                        start.elapsed(),
+                    )
+                })
             } else {
                 Ok(())
             };
@@ -86,6 +109,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             let now = now_ms();
             node.store
                 .commit(key.clone(), res, Condition::Always, Expiry::Persist, now);
+            if !internal {
+                node.notify_owned(Event::Set, &key);
+            }
             match node.store.peek(&key, now) {
                 Ok(Some(value)) if !internal => writes.push(replicate::push_write(
                     &node, key, value, None, targets, copies,

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use strata_proto::{CommandError, Reply};
 
 use super::{own_key, store_error, Ctx, Out};
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let pairs = &args[1..];
@@ -27,7 +28,10 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             Err(e) => return store_error(e).into(),
         }
     }
-    let keys = items.iter().map(|(k, _)| k.clone()).collect();
+    let keys: Vec<Bytes> = items.iter().map(|(k, _)| k.clone()).collect();
     store.commit_all(items, ctx.now_ms);
+    for k in &keys {
+        ctx.notify(Event::Set, k);
+    }
     ctx.replicate(keys, None, Reply::Ok)
 }

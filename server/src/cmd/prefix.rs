@@ -35,6 +35,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             return out;
         }
         let n = keys.iter().take_while(|k| ctx.exists(k)).count();
+        ctx.node.metrics.prefixes.record(keys.len(), n);
         return Reply::Int(n as i64).into();
     };
     if let Some(out) = ctx.fetch_missing(keys) {
@@ -50,6 +51,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
     }
     let n = values.len();
+    ctx.node.metrics.prefixes.record(keys.len(), n);
     if n == 0 {
         return Reply::Array(vec![Reply::Int(0), Reply::Int(0)]).into();
     }

@@ -4,6 +4,8 @@
 //! cut transfer frees the chunk: nothing partial is ever visible, and an
 //! old value under the same key stays as it was.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
 use strata_rdma::{Descriptor, Transport, TransportKind};
@@ -11,7 +13,9 @@ use strata_tiering::{Condition, Expiry, Reservation};
 
 use super::{desc_arg, int_arg, own_key, store_error, transfer_error, Ctx, Out};
 use crate::cluster::replicate;
+use crate::metrics::Direction;
 use crate::node::{now_ms, Node};
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let (cond, expiry, copies) = match parse_options(&args[3..], ctx.now_ms) {
@@ -44,11 +48,14 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         replicate::targets(&node, &key, copies)
     };
     Out::Later(Box::pin(async move {
-        if let Err(e) = pull(&node, &desc, &res).await {
+        if let Err(e) = pull(&node, &desc, &res, Direction::In).await {
             return e.into();
         }
         if !node.store.commit(key.clone(), res, cond, expiry, now_ms()) {
             return Reply::Nil;
+        }
+        if !internal {
+            node.notify_owned(Event::Set, &key);
         }
         // A value the GPU tier cannot copy out for the replicas is reported:
         // the write is not as safe as an OK would say.
@@ -107,19 +114,31 @@ pub fn prepare(
     Ok((desc, res))
 }
 
-/// The one-sided read of the payload into the reservation.
-pub async fn pull(node: &Node, desc: &Descriptor, res: &Reservation) -> Result<(), CommandError> {
+/// The one-sided read of the payload into the reservation, counted as a
+/// transfer in `direction`.
+pub async fn pull(
+    node: &Node,
+    desc: &Descriptor,
+    res: &Reservation,
+    direction: Direction,
+) -> Result<(), CommandError> {
     if desc.len == 0 {
         return Ok(());
     }
+    let start = Instant::now();
     if desc.transport == TransportKind::Cma {
-        return cma_pull(node, desc, res);
+        cma_pull(node, desc, res)?;
+    } else {
+        let offset = node.arena_offset(res.addr());
+        node.transport
+            .read(desc, &node.arena_region, offset)
+            .await
+            .map_err(transfer_error)?;
     }
-    let offset = node.arena_offset(res.addr());
-    node.transport
-        .read(desc, &node.arena_region, offset)
-        .await
-        .map_err(transfer_error)
+    node.metrics
+        .transfers
+        .record(direction, desc.transport, desc.len, start.elapsed());
+    Ok(())
 }
 
 /// The payload of a `cma` descriptor, copied out of the client process.

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use strata_proto::Reply;
 
 use super::{int_arg, Ctx, Out};
+use crate::metrics::Direction;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let mut ids = Vec::with_capacity(args.len() - 1);
@@ -16,8 +17,18 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }
     let mut released = 0;
     for id in ids {
-        if ctx.session.leases.remove(&id) && ctx.node.leases.release(id) {
+        if !ctx.session.leases.remove(&id) {
+            continue;
+        }
+        let (live, timed) = ctx.node.leases.release_timed(id);
+        if live {
             released += 1;
+        }
+        if let Some((transport, held)) = timed {
+            ctx.node
+                .metrics
+                .transfers
+                .add_time(Direction::Out, transport, held);
         }
     }
     Reply::Int(released).into()

@@ -10,6 +10,7 @@ use strata_proto::{CommandError, Reply};
 use strata_tiering::{Condition, Expiry};
 
 use super::{int_arg, own_key, store_error, Ctx, Out};
+use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let (cond, expiry, copies) = match parse_options(&args[3..], ctx.now_ms, "set") {
@@ -39,6 +40,10 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     res.as_mut_slice().copy_from_slice(value);
     let key = own_key(key);
     if store.commit(key.clone(), res, cond, expiry, ctx.now_ms) {
+        ctx.notify(Event::Set, &key);
+        if matches!(expiry, Expiry::At(_)) {
+            ctx.notify(Event::Expire, &key);
+        }
         ctx.replicate(vec![key], copies, Reply::Ok)
     } else {
         Reply::Nil.into()

@@ -10,6 +10,7 @@ use strata_rdma::Transport;
 
 use super::put::pull;
 use super::{desc_arg, int_arg, own_key, store_error, Ctx, Out};
+use crate::metrics::Direction;
 use crate::node::now_ms;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
@@ -43,7 +44,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let node = node.clone();
     let key = own_key(&args[1]);
     Out::Later(Box::pin(async move {
-        match pull(&node, &desc, &res).await {
+        match pull(&node, &desc, &res, Direction::Replica).await {
             Ok(()) => {
                 node.store.commit_copy(key, res, version, expire, now_ms());
                 Reply::Ok

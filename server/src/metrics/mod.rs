@@ -18,6 +18,9 @@ use metrics_exporter_prometheus::{
 use crate::cmd::COMMANDS;
 use crate::node::Node;
 
+mod flows;
+pub use flows::{Direction, Prefixes, Transfers};
+
 /// Per-command figures, indexed like [`COMMANDS`].
 #[derive(Debug)]
 pub struct CommandStats {
@@ -57,6 +60,8 @@ pub struct Counters {
     pub repair_pushes_total: AtomicU64,
     pub repair_shed_total: AtomicU64,
     pub repair_runs_total: AtomicU64,
+    /// Reads whose value was brought back from NVMe to serve them.
+    pub nvme_hits_total: AtomicU64,
 }
 
 /// Handles for figures copied from the atomics at scrape time.
@@ -77,6 +82,8 @@ struct Exported {
     reserved_bytes: Gauge,
     value_bytes: Gauge,
     hits_total: Counter,
+    gpu_hits_total: Counter,
+    nvme_hits_total: Counter,
     misses_total: Counter,
     evictions_total: Counter,
     evicted_bytes_total: Counter,
@@ -99,6 +106,13 @@ struct Exported {
     cma_reads_total: Counter,
     cma_read_bytes_total: Counter,
     cma_read_errors_total: Counter,
+    pubsub_subscribers: Gauge,
+    pubsub_channels: Gauge,
+    pubsub_patterns: Gauge,
+    pubsub_messages_total: Counter,
+    pubsub_dropped_total: Counter,
+    pubsub_disconnected_total: Counter,
+    keyspace_events_total: Vec<Counter>,
     nvme: NvmeExported,
     gpu: GpuExported,
 }
@@ -140,6 +154,8 @@ pub struct Metrics {
     handle: PrometheusHandle,
     pub commands: Vec<CommandStats>,
     pub counters: Counters,
+    pub transfers: Transfers,
+    pub prefixes: Prefixes,
     exported: Exported,
 }
 
@@ -156,7 +172,8 @@ const LATENCY_BUCKETS: &[f64] = &[
     1.0, 2.5, 10.0,
 ];
 
-static META: Metadata<'static> = Metadata::new("strata", Level::INFO, Some(module_path!()));
+pub(crate) static META: Metadata<'static> =
+    Metadata::new("strata", Level::INFO, Some(module_path!()));
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -165,6 +182,18 @@ impl Metrics {
                 Matcher::Full("strata_command_seconds".into()),
                 LATENCY_BUCKETS,
             )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("strata_transfer_seconds".into()),
+                    LATENCY_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("strata_prefix_run_blocks".into()),
+                    flows::RUN_BUCKETS,
+                )
+            })
             .map(PrometheusBuilder::build_recorder)
             .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
         let handle = recorder.handle();
@@ -447,7 +476,15 @@ impl Metrics {
             hits_total: dram_counter(
                 "strata_hits_total",
                 Unit::Count,
-                "Reads that found their key, by tier.",
+                "Reads that found their key, by the tier that served them (nvme: brought back to DRAM to serve the read).",
+            ),
+            gpu_hits_total: r.register_counter(
+                &Key::from_parts("strata_hits_total", vec![Label::new("tier", "gpu")]),
+                &META,
+            ),
+            nvme_hits_total: r.register_counter(
+                &Key::from_parts("strata_hits_total", vec![Label::new("tier", "nvme")]),
+                &META,
             ),
             misses_total: counter(
                 "strata_misses_total",
@@ -559,14 +596,67 @@ impl Metrics {
                 Unit::Count,
                 "Cross-memory attach reads that failed (nothing was stored).",
             ),
+            pubsub_subscribers: gauge(
+                "strata_pubsub_subscribers",
+                Unit::Count,
+                "Connections subscribed to at least one channel or pattern.",
+            ),
+            pubsub_channels: gauge(
+                "strata_pubsub_channels",
+                Unit::Count,
+                "Channels with at least one subscriber.",
+            ),
+            pubsub_patterns: gauge(
+                "strata_pubsub_patterns",
+                Unit::Count,
+                "Patterns with at least one subscriber.",
+            ),
+            pubsub_messages_total: counter(
+                "strata_pubsub_messages_total",
+                Unit::Count,
+                "Messages queued for subscribers (one per receiving connection).",
+            ),
+            pubsub_dropped_total: counter(
+                "strata_pubsub_dropped_total",
+                Unit::Count,
+                "Messages dropped because their subscriber was over pubsub_output_buffer_limit.",
+            ),
+            pubsub_disconnected_total: counter(
+                "strata_pubsub_disconnected_total",
+                Unit::Count,
+                "Subscribers disconnected at pubsub_output_buffer_limit.",
+            ),
+            keyspace_events_total: {
+                r.describe_counter(
+                    "strata_keyspace_events_total".into(),
+                    Some(Unit::Count),
+                    "Keyspace events published (notify_keyspace_events), by event.".into(),
+                );
+                crate::pubsub::keyspace::Event::ALL
+                    .iter()
+                    .map(|e| {
+                        r.register_counter(
+                            &Key::from_parts(
+                                "strata_keyspace_events_total",
+                                vec![Label::new("event", e.name())],
+                            ),
+                            &META,
+                        )
+                    })
+                    .collect()
+            },
             nvme: nvme_exported,
             gpu: gpu_exported,
         };
+        let transfers = Transfers::register(r);
+        let prefixes = Prefixes::register(r);
         Metrics {
             recorder,
             handle,
             commands,
             counters: Counters::default(),
+            transfers,
+            prefixes,
             exported,
         }
     }
@@ -605,7 +695,12 @@ impl Metrics {
         e.used_bytes.set(s.used_bytes as f64);
         e.reserved_bytes.set(s.reserved_bytes as f64);
         e.value_bytes.set(s.value_bytes as f64);
-        e.hits_total.absolute(s.hits);
+        let nvme_hits = c.nvme_hits_total.load(Relaxed);
+        // A read served from NVMe or the GPU is counted once, there.
+        e.hits_total
+            .absolute(s.hits.saturating_sub(s.gpu.hits + nvme_hits));
+        e.gpu_hits_total.absolute(s.gpu.hits);
+        e.nvme_hits_total.absolute(nvme_hits);
         e.misses_total.absolute(s.misses);
         e.evictions_total.absolute(s.evictions);
         e.evicted_bytes_total.absolute(s.evicted_bytes);
@@ -673,6 +768,21 @@ impl Metrics {
             x.write_errors_total.absolute(n.write_errors);
             x.read_errors_total.absolute(n.read_errors);
         }
+        let hub = &node.pubsub;
+        e.pubsub_subscribers.set(hub.subscribers() as f64);
+        e.pubsub_channels.set(hub.channel_count() as f64);
+        e.pubsub_patterns.set(hub.pattern_count() as f64);
+        e.pubsub_messages_total
+            .absolute(hub.stats.messages.load(Relaxed));
+        e.pubsub_dropped_total
+            .absolute(hub.stats.dropped.load(Relaxed));
+        e.pubsub_disconnected_total
+            .absolute(hub.stats.disconnected.load(Relaxed));
+        for (c, n) in e.keyspace_events_total.iter().zip(&hub.keyspace.published) {
+            c.absolute(n.load(Relaxed));
+        }
+        self.transfers.export();
+        self.prefixes.export();
         for cmd in &self.commands {
             cmd.calls_out.absolute(cmd.calls.load(Relaxed));
             cmd.errors_out.absolute(cmd.errors.load(Relaxed));

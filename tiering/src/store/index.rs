@@ -77,13 +77,18 @@ impl Index {
     }
 
     pub(super) fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        self.remove_keyed(key).map(|(_, e)| e)
+    }
+
+    /// Like [`Index::remove`], also giving back the stored key.
+    pub(super) fn remove_keyed(&mut self, key: &[u8]) -> Option<(Bytes, Entry)> {
         let (k, e) = self.map.remove_entry(key)?;
         self.order.remove(&(scan_hash(&k), k.clone()));
         self.lru_of(e.slot.place).remove(&e.tick);
         if let Some(at) = e.expire_at_ms {
-            self.expiry.remove(&(at, k));
+            self.expiry.remove(&(at, k.clone()));
         }
-        Some(e)
+        Some((k, e))
     }
 
     pub(super) fn insert(
@@ -116,14 +121,14 @@ impl Index {
         &mut self,
         key: &[u8],
         now_ms: u64,
-        expired: &mut Vec<Entry>,
+        expired: &mut Vec<(Bytes, Entry)>,
     ) -> Option<&mut Entry> {
         let dead = match self.map.get(key) {
             None => return None,
             Some(e) => e.expire_at_ms.is_some_and(|at| at <= now_ms),
         };
         if dead {
-            expired.extend(self.remove(key));
+            expired.extend(self.remove_keyed(key));
             return None;
         }
         self.map.get_mut(key)

@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 use thiserror::Error;
 
 use crate::dram::{Arena, Chunk, SlabAllocator};
+use crate::events::{Observer, TierEvent};
 use crate::gpu::DeviceMemory;
 
 mod index;
@@ -116,8 +117,9 @@ pub struct Evicted {
 /// must be quick, must not block on I/O and must never call back into the
 /// store.
 pub trait LowerTier: Send + Sync {
-    /// `value` is leaving DRAM; keep a copy if there is room.
-    fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted);
+    /// `value` is leaving DRAM; keep a copy if there is room. Returns
+    /// whether a copy is kept (the key is still stored).
+    fn evicted(&self, key: &Bytes, value: &[u8], info: Evicted) -> bool;
     /// `key` was written or deleted in DRAM: drop any lower copy and make
     /// any promotion of it in flight fail. Returns whether a copy was there.
     fn forget(&self, key: &[u8]) -> bool;
@@ -216,6 +218,8 @@ pub struct GpuStats {
     pub used_bytes: u64,
     pub value_bytes: u64,
     pub keys: u64,
+    /// Reads served from a GPU value (also counted in the store's hits).
+    pub hits: u64,
     /// Values moved up on write.
     pub uploads: u64,
     /// Values moved down to DRAM to make room.
@@ -425,6 +429,7 @@ pub struct Store {
     evictions: AtomicU64,
     evicted_bytes: AtomicU64,
     expired: AtomicU64,
+    gpu_hits: AtomicU64,
     gpu_uploads: AtomicU64,
     gpu_demotions: AtomicU64,
     gpu_staged: AtomicU64,
@@ -432,6 +437,8 @@ pub struct Store {
     gpu_errors: AtomicU64,
     /// The tier evictions go to, if any (attached once, after start).
     lower: OnceLock<Arc<dyn LowerTier>>,
+    /// Told of evictions, tier moves and expiries (attached once).
+    observer: OnceLock<Arc<dyn Observer>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -485,12 +492,14 @@ impl Store {
             evictions: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            gpu_hits: AtomicU64::new(0),
             gpu_uploads: AtomicU64::new(0),
             gpu_demotions: AtomicU64::new(0),
             gpu_staged: AtomicU64::new(0),
             gpu_full: AtomicU64::new(0),
             gpu_errors: AtomicU64::new(0),
             lower: OnceLock::new(),
+            observer: OnceLock::new(),
         })
     }
 
@@ -503,6 +512,18 @@ impl Store {
     /// returns `false` and changes nothing.
     pub fn attach_lower(&self, lower: Arc<dyn LowerTier>) -> bool {
         self.lower.set(lower).is_ok()
+    }
+
+    /// Tells `observer` of every [`TierEvent`] from now on. Once per
+    /// store; a second call returns `false` and changes nothing.
+    pub fn observe(&self, observer: Arc<dyn Observer>) -> bool {
+        self.observer.set(observer).is_ok()
+    }
+
+    pub(crate) fn note(&self, event: TierEvent, key: &[u8]) {
+        if let Some(o) = self.observer.get() {
+            o.tier_event(event, key);
+        }
     }
 
     /// See [`LowerTier::forget`]. Called with the index lock held.
@@ -568,6 +589,7 @@ impl Store {
     fn evicted(&self, key: &Bytes, e: Entry) {
         self.evictions.fetch_add(1, Relaxed);
         self.evicted_bytes.fetch_add(e.slot.len, Relaxed);
+        let mut kept = false;
         if let Some(lower) = self.lower.get() {
             let value = Value {
                 slot: e.slot.clone(),
@@ -579,8 +601,14 @@ impl Store {
                 checksum: e.slot.checksum,
                 clean: e.slot.clean,
             };
-            lower.evicted(key, value.as_slice(), info);
+            kept = lower.evicted(key, value.as_slice(), info);
         }
+        let event = if kept {
+            TierEvent::Spilled
+        } else {
+            TierEvent::Evicted
+        };
+        self.note(event, key);
         // Dropping the last reference frees the chunk; the index lock is
         // held, which is the allowed order (index → alloc).
         drop(e);
@@ -780,7 +808,8 @@ impl Store {
         now_ms: u64,
         promoted: Option<impl FnOnce() -> bool>,
     ) -> bool {
-        let slot = self.seal_version(res, now_ms, Some(version), promoted.is_some());
+        let promotion = promoted.is_some();
+        let slot = self.seal_version(res, now_ms, Some(version), promotion);
         let mut expired = Vec::new();
         let (stored, upload, _replaced) = {
             let mut index = self.index.lock();
@@ -813,6 +842,9 @@ impl Store {
         if upload {
             self.raise(&key, &slot);
         }
+        if stored && promotion {
+            self.note(TierEvent::Promoted, &key);
+        }
         stored
     }
 
@@ -843,6 +875,9 @@ impl Store {
         match found {
             Some(slot) => {
                 self.hits.fetch_add(1, Relaxed);
+                if slot.place == Tier::Gpu {
+                    self.gpu_hits.fetch_add(1, Relaxed);
+                }
                 self.readable(key, slot).map(Some)
             }
             None => {
@@ -1011,7 +1046,7 @@ impl Store {
                 if at > now_ms {
                     break;
                 }
-                garbage.extend(index.remove(&k));
+                garbage.extend(index.remove_keyed(&k));
             }
         }
         let n = garbage.len();
@@ -1019,9 +1054,12 @@ impl Store {
         n
     }
 
-    fn note_expired(&self, expired: Vec<Entry>) {
+    fn note_expired(&self, expired: Vec<(Bytes, Entry)>) {
         if !expired.is_empty() {
             self.expired.fetch_add(expired.len() as u64, Relaxed);
+            for (key, _) in &expired {
+                self.note(TierEvent::Expired, key);
+            }
         }
     }
 
@@ -1128,6 +1166,7 @@ impl Store {
                 used_bytes: g.alloc.lock().used_bytes(),
                 value_bytes: g.value_bytes.load(Relaxed),
                 keys: gpu_keys,
+                hits: self.gpu_hits.load(Relaxed),
                 uploads: self.gpu_uploads.load(Relaxed),
                 demotions: self.gpu_demotions.load(Relaxed),
                 staged_reads: self.gpu_staged.load(Relaxed),

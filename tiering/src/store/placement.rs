@@ -10,6 +10,8 @@ use bytes::Bytes;
 
 use crate::dram::Chunk;
 
+use crate::events::TierEvent;
+
 use super::{try_alloc_in, Slot, Store, StoreError, Tier, Value, MAX_GPU_MOVES_PER_WRITE};
 
 impl Store {
@@ -93,8 +95,9 @@ impl Store {
             (key, slot, res)
         };
         let copied = gpu.device.download(slot.chunk.offset, res.as_mut_slice());
+        let copied_ok = copied.is_ok();
         // Whatever leaves the index is dropped after the lock is released.
-        let _old = {
+        let old = {
             let mut index = self.index.lock();
             let current = index
                 .map
@@ -118,6 +121,14 @@ impl Store {
                 }
             }
         };
+        if old.is_some() {
+            let event = if copied_ok {
+                TierEvent::Demoted
+            } else {
+                TierEvent::Evicted
+            };
+            self.note(event, &key);
+        }
         Ok(true)
     }
 
