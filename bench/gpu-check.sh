@@ -24,6 +24,11 @@
 #    strata-bench PUTs and GETs through it (zero-copy and inline, every
 #    value checked), and INFO tiers showing uploads, staged reads, moves
 #    down and no copy errors.
+# 4. The Python SDK with CUDA tensors (python/bench/gpu_staging.py), when
+#    the build made a wheel and the run machine's python3 has torch with
+#    CUDA: batches of 1 MiB and 16 MiB put from and read back into CUDA
+#    tensors (staged through pinned memory), compared on the GPU, GB/s next
+#    to tensor.cpu() + a host put.
 #
 # Settings: GPU_POOL (server, default 2GiB), BENCH_POOL (copy speed,
 # default 4GiB), PORT (7579).
@@ -53,6 +58,14 @@ build() {
   cp "$rel/strata-server" "$rel/strata-bench" "$rel/examples/gpu_tier_bench" "$DIR/"
   cp "$tests" "$DIR/tiering-tests"
   strip "$DIR"/* 2>/dev/null || true
+  # The Python SDK wheel for step 4 (pure abi3: any python3 >= 3.9 there).
+  local venv=$CARGO_TARGET_DIR/gpu-check-venv
+  if { [ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q 'maturin>=1.7,<2'; }; } &&
+    "$venv/bin/maturin" build -q --release -m python/Cargo.toml -o "$DIR"; then
+    cp python/bench/gpu_staging.py "$DIR/"
+  else
+    echo "gpu-check: no wheel (maturin failed); step 4 will be skipped"
+  fi
   du -sh "$DIR"
 }
 
@@ -112,6 +125,18 @@ run() {
     echo "server: FAILED (uploads=$uploads staged=$staged demoted=$demoted errors=$errors)"
     cat "$log"
     exit 1
+  fi
+  echo "== 4. the Python SDK with CUDA tensors"
+  local wheel
+  wheel=$(ls "$DIR"/strata_kv-*.whl 2>/dev/null | head -1)
+  if [ -n "$wheel" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    # torch comes from the machine's python (no network there): a venv that
+    # sees its packages, with the wheel alone on top.
+    python3 -m venv --system-site-packages /tmp/strata-gpu-venv
+    /tmp/strata-gpu-venv/bin/pip install -q --no-deps --no-index "$wheel"
+    /tmp/strata-gpu-venv/bin/python "$DIR/gpu_staging.py" "127.0.0.1:$PORT"
+  else
+    echo "skipped: no wheel in $DIR or no torch with CUDA"
   fi
   kill $SERVER_PID
   wait $SERVER_PID 2>/dev/null || true

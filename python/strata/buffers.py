@@ -33,7 +33,8 @@ def tensor_span(tensor: Any, size: Optional[int]) -> Tuple[int, int]:
     device = getattr(tensor, "device", None)
     if device is not None and getattr(device, "type", "cpu") != "cpu":
         raise InvalidArgumentError(
-            f"tensor is on {device}; the TCP data plane moves host memory only"
+            f"tensor is on {device}: it cannot be registered or addressed by pointer; "
+            "pass the CUDA tensor itself to put/put_from/get_into/batch calls (staged through pinned host memory)"
         )
     if not tensor.is_contiguous():
         raise InvalidArgumentError("tensor is not contiguous")

@@ -16,6 +16,7 @@ from . import _native
 from .buffers import Registry, resolve, resolve_all, tensor_span
 from .config import ClientConfig, ConfigLike
 from .errors import InvalidArgumentError, StrataError
+from .staging import CudaCopier, Stager, device_span
 
 Key = Union[str, bytes]
 
@@ -33,6 +34,8 @@ class Client:
         self.config = ClientConfig.coerce(config, **overrides)
         c = self.config
         self._registry = Registry()
+        # Made on the first CUDA tensor (it allocates pinned memory).
+        self._stager: Optional[Stager] = None
         self._native = _native.NativeClient(
             c.seeds,
             c.data_bind,
@@ -68,6 +71,9 @@ class Client:
 
         Values up to ``inline_max_bytes`` go inline on the command
         connection; larger ones zero-copy (the node pulls them)."""
+        if device_span(value) is not None:
+            self.put_from(key, value)
+            return
         if not _is_tensor(value):
             size = _nbytes_or_raise(value)
             if size <= self.config.inline_max_bytes:
@@ -89,7 +95,9 @@ class Client:
         small = [
             i
             for i, v in enumerate(values)
-            if not _is_tensor(v) and _nbytes_or_raise(v) <= self.config.inline_max_bytes
+            if device_span(v) is None
+            and not _is_tensor(v)
+            and _nbytes_or_raise(v) <= self.config.inline_max_bytes
         ]
         small_set = set(small)
         large = [i for i in range(len(keys)) if i not in small_set]
@@ -161,28 +169,85 @@ class Client:
 
     def put_from(self, key: Key, buffer: Any, size: Optional[int] = None) -> None:
         """Stores ``buffer[:size]`` under ``key``; the node pulls the bytes
-        straight from that memory (no copy in this process)."""
+        straight from that memory (no copy in this process). A CUDA tensor
+        (or ``__cuda_array_interface__`` array) is staged through pinned
+        host memory (see :mod:`strata.staging`)."""
+        if device_span(buffer) is not None:
+            err = self.batch_put_from([key], [buffer], None if size is None else [size])[0]
+            if err is not None:
+                raise err
+            return
         self._native.put_from(*self._one(key, buffer, size))
 
     def get_into(self, key: Key, buffer: Any, size: Optional[int] = None) -> int:
         """Reads the value of ``key`` into ``buffer[:size]``; returns its
         length. Raises ``NotFoundError`` if missing and ``TooLargeError`` if
-        it does not fit (the destination then holds unspecified bytes)."""
+        it does not fit (the destination then holds unspecified bytes).
+        CUDA tensors are staged as in :meth:`put_from`."""
+        if device_span(buffer) is not None:
+            r = self.batch_get_into([key], [buffer], None if size is None else [size])[0]
+            if isinstance(r, BaseException):
+                raise r
+            return r
         return self._native.get_into(*self._one(key, buffer, size))
 
     def batch_put_from(
         self, keys: Sequence[Key], buffers: Sequence[Any], sizes: Optional[Sequence[int]] = None
     ) -> List[Optional[StrataError]]:
         """Zero-copy put of each ``(key, buffer)`` (MPUT per node): per key
-        ``None`` (stored) or the exception."""
-        return self._native.batch_put_from(*resolve_all(self._registry, keys, buffers, sizes))
+        ``None`` (stored) or the exception. CUDA buffers are staged (the
+        device copy of one group overlaps the transfer of the previous)."""
+        return self._batch(keys, buffers, sizes, put=True)
 
     def batch_get_into(
         self, keys: Sequence[Key], buffers: Sequence[Any], sizes: Optional[Sequence[int]] = None
     ) -> List[Union[int, StrataError]]:
         """Zero-copy get of each ``(key, buffer)`` (pipelined GETs per node):
-        per key the length read or the exception."""
-        return self._native.batch_get_into(*resolve_all(self._registry, keys, buffers, sizes))
+        per key the length read or the exception. CUDA buffers are staged."""
+        return self._batch(keys, buffers, sizes, put=False)
+
+    def _batch(self, keys, buffers, sizes, put: bool) -> list:
+        native = self._native.batch_put_from if put else self._native.batch_get_into
+        keys, buffers = list(keys), list(buffers)
+        if len(keys) != len(buffers):
+            raise InvalidArgumentError(f"{len(keys)} keys for {len(buffers)} buffers")
+        if sizes is not None and len(sizes) != len(buffers):
+            raise InvalidArgumentError(f"{len(sizes)} sizes for {len(buffers)} buffers")
+        spans = [device_span(b) for b in buffers]
+        dev = [i for i, s in enumerate(spans) if s is not None]
+        if not dev:
+            return native(*resolve_all(self._registry, keys, buffers, sizes))
+        for i in dev:
+            if sizes is not None:
+                if not 0 < sizes[i] <= spans[i][1]:
+                    raise InvalidArgumentError(
+                        f"size {sizes[i]} is outside the CUDA buffer's {spans[i][1]} bytes")
+                spans[i] = (spans[i][0], sizes[i])
+            if spans[i][1] <= 0:
+                raise InvalidArgumentError("a CUDA buffer must hold at least one byte")
+        host = [i for i in range(len(keys)) if spans[i] is None]
+        out: list = [None] * len(keys)
+        if host:
+            res = native(*resolve_all(
+                self._registry, [keys[i] for i in host], [buffers[i] for i in host],
+                None if sizes is None else [sizes[i] for i in host]))
+            for i, r in zip(host, res):
+                out[i] = r
+        stager = self._staging()
+
+        def over_host(ks, ptrs, ns):
+            return native(*resolve_all(self._registry, ks, ptrs, ns))
+
+        move = stager.put if put else stager.get
+        res = move([keys[i] for i in dev], [spans[i] for i in dev], over_host)
+        for i, r in zip(dev, res):
+            out[i] = r
+        return out
+
+    def _staging(self) -> Stager:
+        if self._stager is None:
+            self._stager = Stager(CudaCopier(), self._registry, self.config.gpu_staging_bytes // 2)
+        return self._stager
 
     # -- cluster -------------------------------------------------------------
 

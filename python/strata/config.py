@@ -22,7 +22,9 @@ class ClientConfig:
     zero-copy. ``threads``: tokio worker threads behind this client.
     ``cma``: with nodes on this host, move payloads by cross-memory attach
     where both processes may (same user and pid namespace); ``False`` keeps
-    every node on the network data plane.
+    every node on the network data plane. ``gpu_staging_bytes``: pinned
+    host memory (allocated on first use, two halves) through which CUDA
+    tensors are staged; a CUDA value must fit one half.
     """
 
     seeds: List[str] = field(default_factory=lambda: ["127.0.0.1:7379"])
@@ -35,6 +37,7 @@ class ClientConfig:
     threads: int = 2
     inline_max_bytes: int = 16 * 1024
     cma: bool = True
+    gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod
     def from_env(cls, prefix: str = "STRATA_") -> "ClientConfig":
