@@ -83,8 +83,9 @@ def test_registered_pointer_and_tensor(client, key):
     out = TensorLike(np.zeros(256, dtype=np.int64))
     assert client.get_into(key("t"), out) == 2048
     assert (out.array == 3).all()
+    # Device memory cannot be registered (calls stage it: test_staging.py).
     with pytest.raises(strata.InvalidArgumentError, match="cuda"):
-        client.put_from(key("t"), TensorLike(np.zeros(4), device="cuda"))
+        client.register_buffer(TensorLike(np.zeros(4), device="cuda"))
 
 
 def test_batch_zero_copy_mixes_hits_and_misses(client, key):

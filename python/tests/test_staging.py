@@ -141,3 +141,17 @@ def test_without_a_cuda_runtime_the_error_says_so(server, key):
             c.put_from(key("k"), FakeDevice(np.zeros(10, dtype=np.uint8)))
     finally:
         c.close()
+
+
+def test_torch_shaped_cuda_tensors_are_staged_too(server, key):
+    from fakes import TensorLike
+    c = staged_client(server)
+    try:
+        src = TensorLike(np.arange(300_000, dtype=np.int32), device="cuda")
+        c.put_from(key("t"), src)
+        out = TensorLike(np.zeros(300_000, dtype=np.int32), device="cuda")
+        assert c.get_into(key("t"), out) == 1_200_000
+        assert np.array_equal(out.array, src.array)
+        assert c._stager.groups == 2
+    finally:
+        c.close()
