@@ -233,6 +233,11 @@ impl Node {
                 tick.tick().await;
                 let Some(node) = node.upgrade() else { return };
                 node.store.expire_some(now_ms(), EXPIRY_BATCH_MAX);
+                // Values NVMe's reclaim dropped leave the index of keys
+                // below (and are published as evicted).
+                if let Some(spill) = &node.spill {
+                    spill.reap_lost(&node.store, now_ms());
+                }
             }
         });
     }

@@ -56,6 +56,15 @@ const NO_EXPIRY: u64 = u64::MAX;
 /// The file that remembers the last `FLUSHALL`.
 const FLUSH_MARK_FILE: &str = "strata-flushed-at";
 
+/// Dropped keys [`Spill::reap_lost`] handles per call.
+const REAP_BATCH: usize = 16_384;
+/// Calls of [`Spill::reap_lost`] (every 100 ms on a node) a dropped key
+/// foyer still indexes is looked at again before it counts as rewritten
+/// (a read that finds it gone still reports it).
+const LOST_LOOKS: u8 = 100;
+/// Dropped keys waiting for foyer's index to let go, at most.
+const LOST_LATER_MAX: usize = 65_536;
+
 #[derive(Debug, Clone)]
 pub struct SpillConfig {
     /// Most bytes of evicted values waiting to be written.
@@ -132,6 +141,10 @@ struct State {
     writing: HashSet<Bytes, Xxh3Builder>,
     promoting: HashMap<Bytes, Promotion, Xxh3Builder>,
     next_gen: u64,
+    /// Keys a reclaim dropped that foyer still indexed when last looked at
+    /// (its index lets go a moment after the reclaim), with the looks so
+    /// far; see [`Spill::reap_lost`].
+    lost_later: Vec<(Bytes, u8)>,
 }
 
 impl State {
@@ -288,6 +301,55 @@ impl<B: Backend> Spill<B> {
         }
     }
 
+    /// Reports values the NVMe tier's reclaim dropped: each key whose only
+    /// copy was below DRAM leaves the index of keys below, and the store's
+    /// observer hears `Evicted` for it (unless a newer copy is queued or
+    /// written, or the key is in DRAM again). Returns how many were
+    /// reported. The node calls this periodically; a reclaim runs inside
+    /// foyer, where calling up into the store is not allowed.
+    pub fn reap_lost(&self, store: &Store, now_ms: u64) -> usize {
+        let fresh = self.tier.take_lost(REAP_BATCH);
+        let gone: Vec<Bytes> = {
+            let mut st = self.state.lock();
+            if fresh.is_empty() && st.lost_later.is_empty() {
+                return 0;
+            }
+            let mut lost = std::mem::take(&mut st.lost_later);
+            lost.extend(fresh.into_iter().map(|k| (k, 0)));
+            let mut gone = Vec::with_capacity(lost.len());
+            for (k, looks) in lost {
+                if st.pending.contains_key(&k) {
+                    // A newer value is on its way down: not gone.
+                    continue;
+                }
+                if self.tier.contains(&k) {
+                    // Still indexed: the reclaim is finishing, or a newer
+                    // copy landed. Look again for a while.
+                    if looks < LOST_LOOKS && st.lost_later.len() < LOST_LATER_MAX {
+                        st.lost_later.push((k, looks + 1));
+                    }
+                    continue;
+                }
+                // Reported once: by whoever takes it out of the index (a
+                // read that finds it gone does too).
+                if st.below.remove(&k) {
+                    gone.push(k);
+                }
+            }
+            gone
+        };
+        // The spill's lock is released first: the store's lock comes
+        // before it (LowerTier calls), never after.
+        let mut n = 0;
+        for k in gone {
+            if !store.exists(&k, now_ms) {
+                store.note(crate::events::TierEvent::Evicted, &k);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// The keys this process put below DRAM that `filter` accepts (a
     /// snapshot; cluster repair walks it after DRAM's keys).
     pub fn keys_below(&self, mut filter: impl FnMut(&[u8]) -> bool) -> Vec<Bytes> {
@@ -312,8 +374,11 @@ impl<B: Backend> Spill<B> {
             None => match self.tier.get(key).await {
                 Ok(Some(v)) => v.bytes,
                 Ok(None) => {
-                    // Reclaimed by foyer since it was indexed here.
-                    self.drop_copy(key);
+                    // Reclaimed by foyer since it was indexed here: gone,
+                    // if the reaper has not said so already.
+                    if self.drop_copy(key) && !store.exists(key, now_ms) {
+                        store.note(crate::events::TierEvent::Evicted, key);
+                    }
                     return Ok(false);
                 }
                 Err(e) => {
@@ -366,16 +431,18 @@ impl<B: Backend> Spill<B> {
     }
 
     /// Drops the lower copy of `key` unless something changed it meanwhile.
-    fn drop_copy(&self, key: &Bytes) {
+    /// Returns whether the key was in the index of keys below.
+    fn drop_copy(&self, key: &Bytes) -> bool {
         let mut st = self.state.lock();
         if st.promoting.get(key).is_some_and(|p| p.stale) {
-            return;
+            return false;
         }
         st.take_pending(key, &self.queued_bytes);
-        st.below.remove(key.as_ref());
+        let was_below = st.below.remove(key.as_ref());
         self.tier.forget(key);
         drop(st);
         self.room.notify_waiters();
+        was_below
     }
 
     /// Waits (at most `max`) until the queue is below three quarters full,

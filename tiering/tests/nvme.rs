@@ -469,6 +469,8 @@ async fn bench_sequential_1mib_reads() {
 /// What a churn run left: values lost while live, and the tier's figures.
 struct Churn {
     lost: u64,
+    /// Keys `take_lost` reported.
+    reported: u64,
     writes: u64,
     stats: strata_tiering::nvme::NvmeStats,
 }
@@ -519,6 +521,11 @@ async fn churn(live: f64, rounds: u64) -> Churn {
         writes += 1;
     }
     let stats = tier.stats();
+    let reported = tier.take_lost(usize::MAX).len() as u64;
+    assert!(
+        tier.take_lost(usize::MAX).is_empty(),
+        "each drop reported once"
+    );
     tier.close().await.unwrap();
     let tier = NvmeTier::open(cfg).await.unwrap();
     for k in 0..keys as usize {
@@ -539,6 +546,7 @@ async fn churn(live: f64, rounds: u64) -> Churn {
     );
     Churn {
         lost,
+        reported,
         writes,
         stats,
     }
@@ -574,6 +582,7 @@ async fn overwrite_churn_near_the_capacity_counts_every_drop() {
         c.stats.reclaim_dropped, c.lost,
         "every live value reclaim dropped is counted"
     );
+    assert_eq!(c.reported, c.lost, "and its key reported by take_lost");
 }
 
 /// Writers on several threads at once, then a restart: every acknowledged

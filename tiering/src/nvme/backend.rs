@@ -169,6 +169,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Flushes and stops accepting writes.
     fn close(&self) -> impl Future<Output = Result<(), NvmeError>> + Send;
     fn usage(&self) -> Usage;
+    /// Up to `max` keys whose live value a reclaim dropped since the last
+    /// call (oldest first), so the layers above can say the value is gone.
+    fn take_lost(&self, max: usize) -> Vec<Bytes> {
+        let _ = max;
+        Vec::new()
+    }
 }
 
 /// Block geometry for a configuration: one block holds the largest value.
@@ -388,6 +394,12 @@ impl Backend for FoyerBackend {
             reclaim_dropped: self.residents.dropped.load(Relaxed),
         }
     }
+
+    fn take_lost(&self, max: usize) -> Vec<Bytes> {
+        let mut lost = self.residents.lost.lock();
+        let n = lost.len().min(max);
+        lost.drain(..n).collect()
+    }
 }
 
 fn io(op: &'static str) -> impl Fn(foyer::Error) -> NvmeError {
@@ -450,7 +462,14 @@ struct Residents {
     max_credit: u64,
     reinserted: AtomicU64,
     dropped: AtomicU64,
+    /// Keys of live values a reclaim dropped, until `take_lost` (at most
+    /// [`MAX_LOST`]; past that only `dropped` counts them).
+    lost: Mutex<VecDeque<Bytes>>,
 }
+
+/// Dropped keys kept for `take_lost`: the node asks every 100 ms, so this
+/// covers bursts far beyond a device's reclaim rate.
+const MAX_LOST: usize = 65_536;
 
 #[derive(Debug, Default)]
 struct ResidentsInner {
@@ -471,7 +490,7 @@ struct Write {
     block: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Resident {
     /// Entries of this key on the device, current and older.
     copies: u32,
@@ -481,6 +500,9 @@ struct Resident {
     /// Block ordinal (sealed blocks at the time) of the current entry;
     /// [`PENDING`] while a new value is being written.
     block: u64,
+    /// The key, once an entry of it is written (shares the caller's
+    /// buffer): a reclaim that drops its live value reports it.
+    key: Option<Bytes>,
 }
 
 /// [`Resident::block`] of a key whose new value is not on the device yet.
@@ -498,6 +520,7 @@ impl Residents {
             max_credit,
             reinserted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            lost: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -515,6 +538,7 @@ impl Residents {
                     live: false,
                     bytes: 0,
                     block: PENDING,
+                    key: None,
                 });
                 r.copies += 1;
                 // No copy of an older write may land after this one.
@@ -557,6 +581,9 @@ impl Residents {
                 r.live = true;
                 r.bytes = bytes;
                 r.block = block;
+                if r.key.is_none() {
+                    r.key = Some(key.clone());
+                }
                 let earned = (f64::from(bytes) * REINSERT_PER_WRITE) as u64;
                 inner.credit = (inner.credit + earned).min(self.max_credit);
                 true
@@ -628,6 +655,12 @@ impl Residents {
         }
         if r.live {
             self.dropped.fetch_add(1, Relaxed);
+            if let Some(key) = r.key.take() {
+                let mut lost = self.lost.lock();
+                if lost.len() < MAX_LOST {
+                    lost.push_back(key);
+                }
+            }
         }
         inner.keys.remove(&hash);
         false

@@ -104,4 +104,8 @@ impl<B: Backend> Backend for Faulty<B> {
     fn usage(&self) -> Usage {
         self.inner.usage()
     }
+
+    fn take_lost(&self, max: usize) -> Vec<Bytes> {
+        self.inner.take_lost(max)
+    }
 }

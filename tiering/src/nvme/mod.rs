@@ -340,6 +340,12 @@ impl<B: Backend> NvmeTier<B> {
         !self.closed.load(Relaxed) && self.backend.contains(key)
     }
 
+    /// Keys whose live value a reclaim dropped since the last call (at most
+    /// `max`; see [`Backend::take_lost`]).
+    pub fn take_lost(&self, max: usize) -> Vec<Bytes> {
+        self.backend.take_lost(max)
+    }
+
     /// Waits until everything acknowledged so far is on the device. Inserts
     /// and removes already wait for this; `flush` covers corrupt-entry
     /// removals and is the barrier before a snapshot of the files.
