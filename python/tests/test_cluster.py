@@ -90,3 +90,63 @@ def test_replicas_survive_a_killed_node_with_default_host_names():
         for n in nodes:
             n.stop()
         etcd.stop()
+
+
+def stat(port, name):
+    text = resp(port, "INFO", "stats").decode()
+    return int(next(l.split(":", 1)[1] for l in text.splitlines() if l.startswith(name + ":")))
+
+
+@pytest.mark.parametrize("cma", ["auto", "off"])
+def test_replica_copies_between_nodes_on_one_host(cma):
+    """Two nodes of one user on one host copy replicas by cross-memory
+    attach (cma: auto), each value checked through the survivor after the
+    owner is killed; with cma: off the same copies go over TCP."""
+    etcd = new_etcd()
+    nodes = []
+    try:
+        nodes = start_nodes(etcd, 2, f"repl-{cma}", "64MiB",
+                            lambda i: ["--host-name", f"h{i}", "--replica-num", "2", "--cma", cma])
+        keys = [f"rc:{i}" for i in range(40)]
+        blocks = [np.full(256 * 1024, i, dtype=np.uint8) for i in range(40)]
+        with strata.Client([n.addr for n in nodes]) as c:
+            wait_for(lambda: len(c.cluster_nodes()) == 2, "client learns the ring", 30)
+            assert c.batch_put_from(keys, blocks) == [None] * 40
+        via = {t: sum(stat(n.port, f"transfer_replica_{t}_count") for n in nodes) for t in ("cma", "tcp")}
+        want = "cma" if cma == "auto" else "tcp"
+        other = "tcp" if cma == "auto" else "cma"
+        assert via[want] == 40 and via[other] == 0, via
+        moved = sum(stat(n.port, f"transfer_replica_{want}_bytes") for n in nodes)
+        assert moved == 40 * 256 * 1024
+        nodes[0].proc.kill()
+        nodes[0].proc.wait()
+        wait_for(lambda: b"cluster_known_nodes:1" in resp(nodes[1].port, "CLUSTER", "INFO"), "ring of one", 60)
+        with strata.Client([nodes[1].addr]) as c:
+            outs = [np.zeros(256 * 1024, dtype=np.uint8) for _ in keys]
+            assert c.batch_get_into(keys, outs) == [256 * 1024] * 40
+            assert all((o == i).all() for i, o in enumerate(outs))
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.stop()
+
+
+def test_a_client_cannot_make_a_node_copy_a_process_outside_the_ring():
+    """STRATA.REPLICATE's cma descriptor is used only for a process the ring
+    lists: one naming this (client) process is ignored, the network
+    descriptor is tried instead, and nothing is stored."""
+    import ctypes
+    import os
+
+    node = Server()
+    try:
+        secret = ctypes.create_string_buffer(b"s" * 4096, 4096)
+        start = open(f"/proc/{os.getpid()}/stat").read().rsplit(")", 1)[1].split()[19]
+        cma = f"cma://{os.getpid()}:{start}/{ctypes.addressof(secret):x}+4096#00000001@1"
+        tcp = "tcp://127.0.0.1:1/1000+4096#00000001@1"
+        reply = resp(node.port, "STRATA.REPLICATE", "stolen", tcp, "1", "0", cma)
+        assert reply.startswith(b"-ERR io"), reply  # the network pull failed: the cma one was never tried
+        assert resp(node.port, "EXISTS", "stolen") == b":0\r\n"
+        assert stat(node.port, "transfer_replica_cma_count") == 0
+    finally:
+        node.stop()

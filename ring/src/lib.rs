@@ -14,6 +14,6 @@ pub mod node;
 pub mod ring;
 pub mod slot;
 
-pub use node::{NodeRecord, TierUsage};
+pub use node::{NodeRecord, ProcessRecord, TierUsage};
 pub use ring::{points_for, Ring, SlotRange, MAX_POINTS, MIN_POINTS};
 pub use slot::{key_slot, SLOTS};

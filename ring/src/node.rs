@@ -48,6 +48,24 @@ pub struct NodeRecord {
     /// placement. Added after the first release: older records parse as 0.
     #[serde(default)]
     pub incarnation: u64,
+    /// `process`: the node process, for peers on the same host that copy
+    /// replicas by cross-memory attach (`cma: auto`): they read only a
+    /// process the ring names. Absent with `cma: off` and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessRecord>,
+}
+
+/// Who a node process is, as [`NodeRecord::process`] publishes it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub pid: u32,
+    /// Start time in clock ticks after boot (a recycled pid has another).
+    pub start: u64,
+    /// The kernel's boot id: equal only on the same running host.
+    pub boot_id: String,
+    /// Inode of the pid namespace.
+    pub pid_ns: u64,
+    pub uid: u32,
 }
 
 /// One tier's figures in a [`NodeRecord`].
@@ -79,6 +97,7 @@ mod tests {
                 used_bytes: 5,
             }],
             incarnation: 7,
+            process: None,
         };
         let json = serde_json::to_string(&node).expect("serialise");
         assert_eq!(

@@ -374,6 +374,7 @@ mod tests {
             capacity_bytes,
             tiers: Vec::new(),
             incarnation: 0,
+            process: None,
         }
     }
 

@@ -23,6 +23,7 @@ fn node(id: &str, host: &str, capacity_bytes: u64) -> NodeRecord {
         capacity_bytes,
         tiers: Vec::new(),
         incarnation: 0,
+        process: None,
     }
 }
 

@@ -61,6 +61,33 @@ impl Cma {
         }
     }
 
+    /// This process as the ring publishes it, for same-host peers.
+    pub fn record(&self) -> strata_ring::ProcessRecord {
+        let me = &self.me;
+        strata_ring::ProcessRecord {
+            pid: me.pid,
+            start: me.start,
+            boot_id: me.boot_id.clone(),
+            pid_ns: me.pid_ns,
+            uid: me.uid,
+        }
+    }
+
+    /// Whether a peer's process, as its ring record names it, is one this
+    /// node may read by cross-memory attach: same host, pid namespace and
+    /// user. (The kernel still has the last word; a refused read falls
+    /// back to the network.)
+    pub fn can_read(&self, peer: &strata_ring::ProcessRecord) -> bool {
+        let other = strata_rdma::cma::Identity {
+            pid: peer.pid,
+            start: peer.start,
+            boot_id: peer.boot_id.clone(),
+            pid_ns: peer.pid_ns,
+            uid: peer.uid,
+        };
+        self.me.mismatch(&other).is_none() && peer.pid != self.me.pid
+    }
+
     pub fn probe_addr(&self) -> u64 {
         self.probe.as_ptr() as u64
     }

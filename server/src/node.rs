@@ -154,7 +154,11 @@ impl Node {
             capacity_bytes: cfg.cpu_memory_pool_size + cfg.gpu_memory_pool_size,
             tiers: Vec::new(),
             incarnation: incarnation(),
+            process: None,
         };
+        let cma = crate::cma::Cma::start(&cfg.cma).map(Arc::new);
+        let mut me = me;
+        me.process = cma.as_ref().map(|c| c.record());
         let cluster = Cluster::new(me, cfg.standalone());
         Ok(Node {
             peers: Peers::new(cfg.requirepass.clone()),
@@ -179,7 +183,7 @@ impl Node {
             spill: lower.as_ref().map(|l| l.spill.clone()),
             lower,
             transport,
-            cma: crate::cma::Cma::start(&cfg.cma).map(Arc::new),
+            cma,
             leases,
             cfg,
             started: Instant::now(),

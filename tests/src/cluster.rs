@@ -175,6 +175,7 @@ impl Cluster {
                     capacity_bytes: n.capacity_bytes,
                     tiers: Vec::new(),
                     incarnation: 0,
+                    process: None,
                 })
                 .collect(),
         )

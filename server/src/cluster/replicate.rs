@@ -61,19 +61,39 @@ pub async fn push(
             return 0;
         }
     };
+    // A peer on this host (by its ring record) may copy the value out of
+    // this process by cross-memory attach instead; the network descriptor
+    // stays its fallback.
+    let same_host = node.cma.as_ref().map(|c| {
+        let d = strata_rdma::cma::describe(
+            &c.me,
+            node.arena_region.addr() + offset,
+            len,
+            node.arena_region.rkey(),
+            Some(tokens[0]),
+        );
+        (c.clone(), d.to_string())
+    });
     let mut calls = Vec::with_capacity(targets.len());
     for t in targets {
         let node = node.clone();
         let (key, src, version, expire) =
             (key.clone(), src.clone(), version.clone(), expire.clone());
+        let cma_src = same_host
+            .as_ref()
+            .filter(|(c, _)| t.process.as_ref().is_some_and(|p| c.can_read(p)))
+            .map(|(_, d)| d.clone());
         calls.push(tokio::spawn(async move {
-            let args: [&[u8]; 5] = [
+            let mut args: Vec<&[u8]> = vec![
                 b"STRATA.REPLICATE",
                 &key,
                 src.as_bytes(),
                 version.as_bytes(),
                 expire.as_bytes(),
             ];
+            if let Some(c) = &cma_src {
+                args.push(c.as_bytes());
+            }
             node.peers.call(&t.resp_addr, &args).await
         }));
     }

@@ -410,7 +410,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("STRATA.CMA", -2, NO_KEYS, "strata", "Sets up cross-memory attach for a same-host client (HELLO, PROVE).", strata_cma::run),
     spec("STRATA.HANDOFF", 3, NO_KEYS, "strata", "Internal: pushes a key to the node now holding its slot.", strata_handoff::run),
     spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum, epoch and version of a value.", strata_meta::run),
-    write(spec("STRATA.REPLICATE", 5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),
+    write(spec("STRATA.REPLICATE", -5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),
     spec("STRLEN", 2, ONE_KEY, "string", "Length of a key's value.", strlen::run),
     spec("SUBSCRIBE", -2, NO_KEYS, "pubsub", "Receives messages published on channels (and keyspace events).", subscribe::run),
     spec("TTL", 2, ONE_KEY, "generic", "A key's time to live in seconds.", ttl::run),
