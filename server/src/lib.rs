@@ -51,6 +51,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         pool_bytes = node.cfg.cpu_memory_pool_size,
         "strata-server ready"
     );
+    node.spawn_event_publisher();
     node.spawn_expiry();
     node.spawn_metrics_upkeep();
     node.spawn_lease_sweeper();

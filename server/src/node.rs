@@ -229,6 +229,19 @@ impl Node {
     }
 
     /// Removes expired keys that nobody reads, in bounded batches.
+    /// Sends queued keyspace events (see `pubsub::keyspace::Keyspace`).
+    pub fn spawn_event_publisher(self: &Arc<Self>) {
+        let queue = self.pubsub.keyspace.queue.clone();
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                queue.ready.notified().await;
+                let Some(node) = node.upgrade() else { return };
+                node.pubsub.deliver_queued();
+            }
+        });
+    }
+
     pub fn spawn_expiry(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {

@@ -178,6 +178,11 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 hub.stats.disconnected.load(Relaxed),
             );
             line(out, "notify_keyspace_events", hub.keyspace.flags());
+            line(
+                out,
+                "keyspace_events_dropped",
+                hub.keyspace.queue.dropped.load(Relaxed),
+            );
             for (e, n) in crate::pubsub::keyspace::Event::ALL
                 .iter()
                 .zip(&hub.keyspace.published)

@@ -113,6 +113,7 @@ struct Exported {
     pubsub_dropped_total: Counter,
     pubsub_disconnected_total: Counter,
     keyspace_events_total: Vec<Counter>,
+    keyspace_events_dropped_total: Counter,
     nvme: NvmeExported,
     gpu: GpuExported,
 }
@@ -626,6 +627,11 @@ impl Metrics {
                 Unit::Count,
                 "Subscribers disconnected at pubsub_output_buffer_limit.",
             ),
+            keyspace_events_dropped_total: counter(
+                "strata_keyspace_events_dropped_total",
+                Unit::Count,
+                "Keyspace events dropped because the node's event queue was full.",
+            ),
             keyspace_events_total: {
                 r.describe_counter(
                     "strata_keyspace_events_total".into(),
@@ -781,6 +787,8 @@ impl Metrics {
         for (c, n) in e.keyspace_events_total.iter().zip(&hub.keyspace.published) {
             c.absolute(n.load(Relaxed));
         }
+        e.keyspace_events_dropped_total
+            .absolute(hub.keyspace.queue.dropped.load(Relaxed));
         self.transfers.export();
         self.prefixes.export();
         for cmd in &self.commands {

@@ -19,8 +19,14 @@
 //! have no events here (strata holds strings only). `n` (new-key events) is
 //! refused: strata does not track it.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use super::Hub;
 
@@ -216,14 +222,34 @@ impl Event {
     }
 }
 
-/// The live flags (`CONFIG SET notify-keyspace-events` changes them) and
-/// what was published.
+/// Events waiting to be sent, at most: a burst of evictions beyond this
+/// (a subscriber-side backlog, not a writer's) is dropped and counted.
+pub const MAX_QUEUED_EVENTS: usize = 65_536;
+
+/// The live flags (`CONFIG SET notify-keyspace-events` changes them), the
+/// events waiting to go out, and what was published.
+///
+/// Events are queued, in the order they happen, and sent by one task
+/// ([`Hub::deliver_queued`]): the store reports evictions with its index
+/// lock held, and matching a message against every pattern subscription
+/// must not happen there. One queue for every event keeps a key's events
+/// in order (an eviction and the write that brings the key back).
 #[derive(Debug)]
 pub struct Keyspace {
     flags: AtomicU32,
     /// Events published, per [`Event::ALL`] (whether or not anyone was
     /// subscribed).
     pub published: [AtomicU64; 9],
+    pub queue: Arc<EventQueue>,
+}
+
+/// See [`Keyspace`].
+#[derive(Debug, Default)]
+pub struct EventQueue {
+    events: Mutex<VecDeque<(Event, Bytes, Flags)>>,
+    pub ready: Notify,
+    /// Events dropped because the queue was full.
+    pub dropped: AtomicU64,
 }
 
 impl Keyspace {
@@ -231,6 +257,7 @@ impl Keyspace {
         Keyspace {
             flags: AtomicU32::new(flags.0),
             published: Default::default(),
+            queue: Arc::default(),
         }
     }
 
@@ -252,7 +279,8 @@ const KEYSPACE_PREFIX: &[u8] = b"__keyspace@0__:";
 const KEYEVENT_PREFIX: &[u8] = b"__keyevent@0__:";
 
 impl Hub {
-    /// Publishes `event` on `key` as the flags say.
+    /// Queues `event` on `key` for publishing, as the flags say. Quick and
+    /// never blocking: callable with the store's locks held.
     pub fn notify(&self, event: Event, key: &[u8]) {
         let flags = self.keyspace.flags();
         if !flags.publishes(event.class()) {
@@ -262,6 +290,39 @@ impl Hub {
         if !self.is_listened() {
             return;
         }
+        let q = &self.keyspace.queue;
+        let mut events = q.events.lock();
+        if events.len() >= MAX_QUEUED_EVENTS {
+            q.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        events.push_back((event, Bytes::copy_from_slice(key), flags));
+        let first = events.len() == 1;
+        drop(events);
+        if first {
+            q.ready.notify_one();
+        }
+    }
+
+    /// Sends every queued event (the node's publisher task calls this when
+    /// woken).
+    pub fn deliver_queued(&self) {
+        loop {
+            let batch: Vec<_> = {
+                let mut events = self.keyspace.queue.events.lock();
+                let n = events.len().min(1024);
+                events.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return;
+            }
+            for (event, key, flags) in batch {
+                self.send_event(event, &key, flags);
+            }
+        }
+    }
+
+    fn send_event(&self, event: Event, key: &[u8], flags: Flags) {
         let name = event.name().as_bytes();
         if flags.0 & KEYSPACE != 0 {
             let mut channel = Vec::with_capacity(KEYSPACE_PREFIX.len() + key.len());
