@@ -151,6 +151,14 @@ impl Client {
         self.transport.endpoint()
     }
 
+    /// Counters of this client's own cross-memory-attach reads (zero-copy
+    /// GETs of values on nodes of this host); `None` when this process
+    /// cannot use it. The nodes count the PUT payloads they read
+    /// (`cma_reads`); these reads they cannot see.
+    pub fn cma_stats(&self) -> Option<&strata_rdma::cma::CmaStats> {
+        self.router.cma.as_ref().map(|l| l.reader.stats())
+    }
+
     /// Counters of this client's data plane (reads the node made of its
     /// buffers).
     pub fn data_plane_stats(&self) -> &TcpStats {

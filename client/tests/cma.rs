@@ -64,6 +64,18 @@ async fn round_trips_go_by_cma_byte_exact() {
         "a GET read over TCP"
     );
     assert_eq!(info_field(&c, "stats", "cma_read_errors").await, 0);
+    // The client counts its own GET copies, which the node cannot see
+    // (plus the 16-byte probe it reads from the node per connection).
+    let own = c.cma_stats().expect("this process can use CMA");
+    let got: u64 = sizes.iter().map(|&l| l as u64).sum::<u64>() + 32 * 65536;
+    let own_reads = own.reads.load(std::sync::atomic::Ordering::Relaxed);
+    let probes = own_reads - (sizes.len() + 32) as u64;
+    assert!((1..=8).contains(&probes), "{own_reads} reads");
+    assert_eq!(
+        own.bytes.load(std::sync::atomic::Ordering::Relaxed),
+        got + 16 * probes
+    );
+    assert_eq!(own.errors.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(
         node.metric("strata_cma_reads_total"),
         reads as f64,

@@ -370,6 +370,20 @@ impl NativeClient {
     fn data_endpoint(&self) -> PyResult<String> {
         Ok(self.parts()?.0.data_endpoint().to_owned())
     }
+
+    /// This client's own cross-memory-attach reads: (reads, bytes,
+    /// errors), zeros when it cannot use it.
+    fn cma_stats(&self) -> PyResult<(u64, u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        Ok(match self.parts()?.0.cma_stats() {
+            Some(s) => (
+                s.reads.load(Relaxed),
+                s.bytes.load(Relaxed),
+                s.errors.load(Relaxed),
+            ),
+            None => (0, 0, 0),
+        })
+    }
 }
 
 fn batch_args(

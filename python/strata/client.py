@@ -262,6 +262,13 @@ class Client:
     def data_endpoint(self) -> str:
         return self._native.data_endpoint()
 
+    def cma_stats(self) -> dict:
+        """This client's own cross-memory-attach reads (zero-copy GETs from
+        nodes on this host): ``reads``, ``bytes``, ``errors``. Nodes count
+        only the PUT payloads they read."""
+        reads, nbytes, errors = self._native.cma_stats()
+        return {"reads": reads, "bytes": nbytes, "errors": errors}
+
     def _one(self, key: Key, target: Any, size: Optional[int]) -> tuple:
         target, size = resolve(self._registry, target, size)
         return key, target, size

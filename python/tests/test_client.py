@@ -198,3 +198,15 @@ def test_scan_lists_matching_keys_once(client, key):
     assert sorted(found) == sorted(n.encode() for n in names)
     assert len(client.scan(prefix.replace("[", "\\[") + "scan*", 2)) == 2
     assert client.scan(key("nothing-here") + "*") == []
+
+
+def test_cma_stats_count_this_clients_own_reads(client, key):
+    before = client.cma_stats()
+    block = np.full(1 << 20, 9, dtype=np.uint8)
+    client.put_from(key("c"), block)
+    out = np.zeros_like(block)
+    assert client.get_into(key("c"), out) == 1 << 20
+    after = client.cma_stats()
+    # Same host, same user: the GET is this process's own copy.
+    assert after["bytes"] - before["bytes"] >= 1 << 20, (before, after)
+    assert after["errors"] == 0
