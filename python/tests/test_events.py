@@ -329,3 +329,27 @@ def test_values_nvme_reclaims_are_published_as_evicted_exactly():
         if sub:
             sub.close()
         node.stop()
+
+
+def test_a_ttl_that_passes_on_nvme_is_published_when_a_read_finds_it():
+    node = Server(["--notify-keyspace-events", "Ex"], pool="16MiB")
+    sub = None
+    try:
+        sub = PySubscriber(node.port, 2)
+        c = strata.Client(node.addr)
+        r = redis.Redis(port=node.port)
+        r.set("t:short", block(1, MIB).tobytes(), px=1500)
+        for b in range(0, 30, 3):  # push it down to NVMe
+            assert c.put_batch([f"t:fill:{i}" for i in range(b, b + 3)],
+                               [block(i) for i in range(b, b + 3)]) == [None] * 3
+        wait_for(lambda: int(info(node.port, "tiers")["nvme_spilled"]) > 0, "spills")
+        time.sleep(1.6)
+        assert sub.events == [], "nothing expired in DRAM"
+        assert r.get("t:short") is None
+        wait_for(lambda: sub.events == [("expired", "t:short")], "expired published")
+        c.close()
+        r.close()
+    finally:
+        if sub:
+            sub.close()
+        node.stop()

@@ -393,10 +393,14 @@ impl<B: Backend> Spill<B> {
             self.drop_copy(key);
             return Err(NvmeError::Corrupt.into());
         };
-        let dead = header.expire_at_ms.is_some_and(|at| at <= now_ms)
-            || header.created_ms < self.flushed_at_ms.load(Relaxed);
+        let expired = header.expire_at_ms.is_some_and(|at| at <= now_ms);
+        let dead = expired || header.created_ms < self.flushed_at_ms.load(Relaxed);
         if dead {
-            self.drop_copy(key);
+            // A TTL that passed while the only copy was below is reported
+            // now, when a read finds it (FLUSHALL's are not events).
+            if self.drop_copy(key) && expired && !store.exists(key, now_ms) {
+                store.note(crate::events::TierEvent::Expired, key);
+            }
             return Ok(false);
         }
         let value = &blob[HEADER_BYTES as usize..];
