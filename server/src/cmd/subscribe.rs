@@ -12,7 +12,7 @@ use bytes::Bytes;
 use strata_proto::{CommandError, Reply};
 
 use super::{own_key, Ctx, Out};
-use crate::pubsub::{Kind, Mailbox, Subscriber, MAX_SUBSCRIPTIONS};
+use crate::pubsub::{confirmation, Kind, Mailbox, Subscriber, MAX_SUBSCRIPTIONS};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let (kind, verb) = if args[0].eq_ignore_ascii_case(b"PSUBSCRIBE") {
@@ -36,11 +36,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             break;
         }
         hub.subscribe(sub, kind, own_key(name));
-        replies.push(Reply::Push(vec![
-            Reply::text(verb),
-            Reply::Bulk(name.clone()),
-            Reply::Int(sub.count() as i64),
-        ]));
+        replies.push(confirmation(verb, Some(name.clone()), sub.count()));
     }
     Reply::Seq(replies).into()
 }

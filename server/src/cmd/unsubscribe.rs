@@ -8,7 +8,7 @@ use bytes::Bytes;
 use strata_proto::Reply;
 
 use super::{Ctx, Out};
-use crate::pubsub::Kind;
+use crate::pubsub::{confirmation, Kind};
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let (kind, verb) = if args[0].eq_ignore_ascii_case(b"PUNSUBSCRIBE") {
@@ -17,49 +17,28 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         (Kind::Channel, "unsubscribe")
     };
     let hub = &ctx.node.pubsub;
-    let Some(sub) = ctx.session.sub.as_mut() else {
-        let mut replies: Vec<Reply> = args[1..]
-            .iter()
-            .map(|n| {
-                Reply::Push(vec![
-                    Reply::text(verb),
-                    Reply::Bulk(n.clone()),
-                    Reply::Int(0),
-                ])
-            })
-            .collect();
-        if replies.is_empty() {
-            replies.push(Reply::Push(vec![
-                Reply::text(verb),
-                Reply::Nil,
-                Reply::Int(0),
-            ]));
-        }
-        return Reply::Seq(replies).into();
-    };
-    let names: Vec<Bytes> = if args.len() > 1 {
-        args[1..].to_vec()
-    } else {
-        match kind {
+    let sub = ctx.session.sub.as_mut();
+    let names: Vec<Bytes> = match (args.len() > 1, &sub) {
+        (true, _) => args[1..].to_vec(),
+        (false, None) => Vec::new(),
+        (false, Some(sub)) => match kind {
             Kind::Channel => sub.channels.iter().cloned().collect(),
             Kind::Pattern => sub.patterns.iter().cloned().collect(),
-        }
+        },
     };
     let mut replies = Vec::with_capacity(names.len().max(1));
-    for name in names {
-        hub.unsubscribe(sub, kind, &name);
-        replies.push(Reply::Push(vec![
-            Reply::text(verb),
-            Reply::Bulk(name),
-            Reply::Int(sub.count() as i64),
-        ]));
+    let mut left = 0;
+    if let Some(sub) = sub {
+        for name in names {
+            hub.unsubscribe(sub, kind, &name);
+            replies.push(confirmation(verb, Some(name), sub.count()));
+        }
+        left = sub.count();
+    } else {
+        replies.extend(names.into_iter().map(|n| confirmation(verb, Some(n), 0)));
     }
     if replies.is_empty() {
-        replies.push(Reply::Push(vec![
-            Reply::text(verb),
-            Reply::Nil,
-            Reply::Int(sub.count() as i64),
-        ]));
+        replies.push(confirmation(verb, None, left));
     }
     Reply::Seq(replies).into()
 }

@@ -344,6 +344,17 @@ impl Hub {
     }
 }
 
+/// The reply to (un)subscribing one name: `[verb, name or nil, the
+/// connection's subscriptions now]`, a push in RESP3.
+pub fn confirmation(verb: &str, name: Option<Bytes>, count: usize) -> strata_proto::Reply {
+    use strata_proto::Reply;
+    Reply::Push(vec![
+        Reply::text(verb),
+        name.map_or(Reply::Nil, Reply::Bulk),
+        Reply::Int(count as i64),
+    ])
+}
+
 /// One message encoded at most once per protocol version.
 #[derive(Default)]
 struct Frames {
