@@ -41,9 +41,11 @@ use crate::events::{Observer, TierEvent};
 use crate::gpu::DeviceMemory;
 
 mod index;
+#[cfg(test)]
+mod index_tests;
 mod placement;
 pub(crate) use index::scan_hash;
-use index::{Entry, Index};
+use index::{Entry, Index, LruCursor};
 
 /// Store-wide settings, validated by the caller.
 #[derive(Debug, Clone)]
@@ -564,12 +566,12 @@ impl Store {
     /// A DRAM chunk of `len` bytes, evicting the least recently used
     /// unpinned DRAM values to the lower tier until one fits.
     fn alloc_dram_locked(&self, index: &mut Index, len: u64) -> Result<Chunk, StoreError> {
-        let mut cursor = 0u64;
+        let mut cursor = LruCursor::START;
         loop {
             if let Some(chunk) = self.try_alloc(len) {
                 return Ok(chunk);
             }
-            let Some((tick, key)) = index.oldest_unpinned(Tier::Dram, cursor) else {
+            let Some((next, key)) = index.oldest_unpinned(Tier::Dram, cursor) else {
                 let alloc = self.shared.alloc.lock();
                 return Err(StoreError::NoSpace {
                     len,
@@ -577,7 +579,7 @@ impl Store {
                     capacity: self.cfg.capacity_bytes,
                 });
             };
-            cursor = tick;
+            cursor = next;
             if let Some(e) = index.remove(&key) {
                 self.evicted(&key, e);
             }
@@ -622,7 +624,11 @@ impl Store {
         if self.lower.get().is_none() {
             return 0;
         }
-        let dram_empty = self.index.lock().oldest_unpinned(Tier::Dram, 0).is_none();
+        let dram_empty = self
+            .index
+            .lock()
+            .oldest_unpinned(Tier::Dram, LruCursor::START)
+            .is_none();
         if self.shared.gpu.is_some() && dram_empty {
             let mut moved = 0;
             // A failed copy drops the value (counted): it still leaves the
@@ -633,18 +639,7 @@ impl Store {
             return moved;
         }
         let mut index = self.index.lock();
-        let victims: Vec<Bytes> = index
-            .lru
-            .values()
-            .filter(|k| {
-                index
-                    .map
-                    .get(*k)
-                    .is_some_and(|e| Arc::strong_count(&e.slot) == 1)
-            })
-            .take(max)
-            .cloned()
-            .collect();
+        let victims = index.oldest_unpinned_keys(Tier::Dram, max);
         for key in &victims {
             if let Some(e) = index.remove(key) {
                 self.evicted(key, e);
@@ -1013,17 +1008,8 @@ impl Store {
                     removed = index.remove(key);
                     true
                 }
-                Some(e) => {
-                    let old = std::mem::replace(&mut e.expire_at_ms, at_ms);
-                    if let Some((k, _)) = index.map.get_key_value(key) {
-                        let k = k.clone();
-                        if let Some(old) = old {
-                            index.expiry.remove(&(old, k.clone()));
-                        }
-                        if let Some(at) = at_ms {
-                            index.expiry.insert((at, k));
-                        }
-                    }
+                Some(_) => {
+                    index.set_expiry(key, at_ms);
                     true
                 }
             }
@@ -1040,13 +1026,10 @@ impl Store {
         {
             let mut index = self.index.lock();
             while garbage.len() < max {
-                let Some((at, k)) = index.expiry.first().cloned() else {
+                let Some(gone) = index.pop_expired(now_ms) else {
                     break;
                 };
-                if at > now_ms {
-                    break;
-                }
-                garbage.extend(index.remove_keyed(&k));
+                garbage.push(gone);
             }
         }
         let n = garbage.len();
@@ -1081,18 +1064,15 @@ impl Store {
         let mut mine = Vec::new();
         let mut next = 0;
         let mut last_hash = None;
-        for (visited, (h, k)) in index.order.range((cursor, Bytes::new())..).enumerate() {
-            if visited >= count && last_hash != Some(*h) {
-                next = *h;
+        for (visited, (h, k, expire_at_ms)) in index.scan_from(cursor).enumerate() {
+            if visited >= count && last_hash != Some(h) {
+                next = h;
                 break;
             }
-            last_hash = Some(*h);
-            let live = index
-                .map
-                .get(k)
-                .is_some_and(|e| e.expire_at_ms.is_none_or(|at| at > now_ms));
+            last_hash = Some(h);
+            let live = expire_at_ms.is_none_or(|at| at > now_ms);
             if live && filter(k) {
-                mine.push((*h, k.clone()));
+                mine.push((h, Bytes::copy_from_slice(k)));
             }
         }
         let Some(lower) = self.lower.get() else {
@@ -1101,7 +1081,7 @@ impl Store {
         let mut below = Vec::new();
         let next_below = lower.scan(cursor, count, now_ms, &mut |h, k| {
             // A key also in DRAM is listed (or, expired, not) from there.
-            if !index.map.contains_key(k) {
+            if !index.contains(k) {
                 below.push((h, k.clone()));
             }
         });
@@ -1130,7 +1110,7 @@ impl Store {
     /// Number of keys in every tier, including expired ones not yet
     /// collected (as Redis' DBSIZE does).
     pub fn len(&self) -> u64 {
-        let dram = self.index.lock().map.len() as u64;
+        let dram = self.index.lock().len() as u64;
         dram + self.lower.get().map_or(0, |l| l.len_only_below())
     }
 
@@ -1154,9 +1134,9 @@ impl Store {
         let (keys, expiring_keys, gpu_keys) = {
             let index = self.index.lock();
             (
-                index.map.len() as u64,
-                index.expiry.len() as u64,
-                index.gpu_lru.len() as u64,
+                index.len() as u64,
+                index.expiring() as u64,
+                index.gpu_len() as u64,
             )
         };
         let gpu = match &self.shared.gpu {

@@ -12,7 +12,9 @@ use crate::dram::Chunk;
 
 use crate::events::TierEvent;
 
-use super::{try_alloc_in, Slot, Store, StoreError, Tier, Value, MAX_GPU_MOVES_PER_WRITE};
+use super::{
+    try_alloc_in, LruCursor, Slot, Store, StoreError, Tier, Value, MAX_GPU_MOVES_PER_WRITE,
+};
 
 impl Store {
     /// Moves `slot`, just committed under `key` in DRAM, up to the GPU,
@@ -44,13 +46,12 @@ impl Store {
         // Whatever leaves the index is dropped after the lock is released.
         let _old = {
             let mut index = self.index.lock();
-            match index.map.get(key) {
-                Some(e) if Arc::ptr_eq(&e.slot, slot) => {
-                    self.gpu_uploads.fetch_add(1, Relaxed);
-                    index.move_slot(key, moved)
-                }
+            if index.holds(key, slot) {
+                self.gpu_uploads.fetch_add(1, Relaxed);
+                index.move_slot(key, moved)
+            } else {
                 // Raced: the GPU copy is freed as `moved` drops.
-                _ => Some(moved),
+                Some(moved)
             }
         };
     }
@@ -86,10 +87,10 @@ impl Store {
             .expect("GPU value without a GPU pool");
         let (key, slot, mut res) = {
             let mut index = self.index.lock();
-            let Some((_, key)) = index.oldest_unpinned(Tier::Gpu, 0) else {
+            let Some((_, key)) = index.oldest_unpinned(Tier::Gpu, LruCursor::START) else {
                 return Ok(false);
             };
-            let slot = index.map[&key].slot.clone();
+            let slot = index.get(&key).expect("just found").slot.clone();
             let chunk = self.alloc_dram_locked(&mut index, slot.len)?;
             let res = self.reservation(chunk, slot.len);
             (key, slot, res)
@@ -99,10 +100,7 @@ impl Store {
         // Whatever leaves the index is dropped after the lock is released.
         let old = {
             let mut index = self.index.lock();
-            let current = index
-                .map
-                .get(&key)
-                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot));
+            let current = index.holds(&key, &slot);
             match copied {
                 Err(e) => {
                     self.gpu_errors.fetch_add(1, Relaxed);
@@ -151,11 +149,7 @@ impl Store {
             // Its bytes cannot be read back: drop the key rather than
             // answer from memory that may be wrong. Only this very value.
             let mut index = self.index.lock();
-            if index
-                .map
-                .get(key)
-                .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot))
-            {
+            if index.holds(key, &slot) {
                 drop(index.remove(key));
             }
             return Err(StoreError::Device(e.to_string()));
