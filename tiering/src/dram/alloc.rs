@@ -12,10 +12,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Smallest chunk: one cache line, so two values never share a line, and the
-/// per-chunk bookkeeping (a `u16` free-list entry and one bitmap bit) stays
-/// under 4% of the chunk.
-const MIN_CHUNK_BYTES: u64 = 64;
+/// Smallest chunk. Small enough that a tiny value (a counter, a flag, a
+/// 16-byte id) costs little more than its length; values are never written
+/// after commit, so neighbours sharing a cache line do not contend. The
+/// per-chunk bookkeeping (a `u16` free-list entry and one bitmap bit) only
+/// exists for freed chunks and per slab.
+const MIN_CHUNK_BYTES: u64 = 16;
 
 /// Largest size-class chunk. Above it a value gets its own extent, which
 /// wastes at most one page (< 6.25% of 64 KiB) where the next class would
@@ -163,6 +165,18 @@ impl SlabAllocator {
             self.free_large(chunk)
         };
         debug_assert!(was_allocated, "free of a chunk not allocated: {chunk:?}");
+    }
+
+    /// The chunk at `offset` that [`SlabAllocator::alloc`] handed out for
+    /// `len` bytes: its size is a function of `len`, so holders of many
+    /// chunks need only keep the offset.
+    pub fn chunk_at(offset: u64, len: u64) -> Chunk {
+        let size = if len <= MAX_CLASS_BYTES {
+            CLASS_BYTES[class_of(len)]
+        } else {
+            len.next_multiple_of(PAGE_BYTES)
+        };
+        Chunk { offset, size }
     }
 
     /// Sum of the sizes of the chunks handed out and not freed.
@@ -604,11 +618,31 @@ mod tests {
     }
 
     #[test]
+    fn chunk_at_rebuilds_every_chunk_alloc_hands_out() {
+        let mut a = SlabAllocator::new(64 * MIB);
+        let lens = (0..2_000u64)
+            .chain([MAX_CLASS_BYTES - 1, MAX_CLASS_BYTES, MAX_CLASS_BYTES + 1])
+            .chain([PAGE_BYTES * 17, PAGE_BYTES * 17 + 1, 3 * MIB - 5]);
+        for len in lens {
+            let chunk = a.alloc(len).unwrap();
+            assert_eq!(
+                SlabAllocator::chunk_at(chunk.offset, len),
+                chunk,
+                "len {len}"
+            );
+            a.free(SlabAllocator::chunk_at(chunk.offset, len));
+        }
+        assert_all_free(&a);
+    }
+
+    #[test]
     fn an_emptied_slab_returns_to_the_extents() {
         let mut a = SlabAllocator::new(16 * MIB);
-        // Lengths below 300 B span 8 classes, so 8 slabs.
+        // One slab per class that lengths below 300 B fall in.
         let small: Vec<Chunk> = (0..1000).map(|i| a.alloc(i % 300).unwrap()).collect();
-        assert_eq!(a.reserved_bytes(), 8 * SLAB_BYTES);
+        let classes: BTreeSet<usize> = (0..300).map(class_of).collect();
+        assert!(classes.len() > 8, "{classes:?}");
+        assert_eq!(a.reserved_bytes(), classes.len() as u64 * SLAB_BYTES);
         for chunk in small {
             a.free(chunk);
         }

@@ -7,18 +7,17 @@
 //! key has one [`Node`] in a slab, where its bytes are stored once (inline
 //! up to [`INLINE_KEY_BYTES`]). The hash table holds only node numbers; the
 //! LRU orders are doubly linked lists threaded through the nodes; the SCAN
-//! and expiry orders are B-trees of `(u64, node number)` pairs. A node keeps
+//! and expiry orders are B-trees of 12-byte `(u64, node number)` pairs. A node keeps
 //! its number for as long as its key is present, which is what lets the
 //! orders name keys by number.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use hashbrown::HashTable;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3Builder};
 
-use super::{Slot, Tier};
+use super::{SlotRef, Tier};
 
 /// Tombstones kept at most; the oldest go first.
 const MAX_TOMBSTONES: usize = 1_000_000;
@@ -35,14 +34,14 @@ const NO_EXPIRY: u64 = u64::MAX;
 
 /// What leaves the index with a key.
 pub(super) struct Entry {
-    pub(super) slot: Arc<Slot>,
+    pub(super) slot: SlotRef,
     pub(super) expire_at_ms: Option<u64>,
 }
 
 /// A present key's entry, borrowed.
 #[derive(Clone, Copy)]
 pub(super) struct EntryRef<'a> {
-    pub(super) slot: &'a Arc<Slot>,
+    pub(super) slot: &'a SlotRef,
     pub(super) expire_at_ms: Option<u64>,
 }
 
@@ -105,7 +104,7 @@ impl StoredKey {
 struct Node {
     key: StoredKey,
     /// `None` while the node is free (then `next` links the free list).
-    slot: Option<Arc<Slot>>,
+    slot: Option<SlotRef>,
     expire_at_ms: u64,
     /// Age in the LRU order: larger is more recent. Unique across both
     /// pools' orders, so a value moving between pools keeps its age.
@@ -116,7 +115,7 @@ struct Node {
 }
 
 impl Node {
-    fn slot(&self) -> &Arc<Slot> {
+    fn slot(&self) -> &SlotRef {
         self.slot.as_ref().expect("a linked node holds a value")
     }
 
@@ -143,6 +142,29 @@ impl Default for List {
     }
 }
 
+/// `(rank, node)` ordered by rank then node, packed in 12 bytes rather than
+/// a tuple's 16: a B-tree of them holds 10 M keys in 25% less memory.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Ranked {
+    high: u32,
+    low: u32,
+    id: u32,
+}
+
+impl Ranked {
+    fn new(rank: u64, id: u32) -> Ranked {
+        Ranked {
+            high: (rank >> 32) as u32,
+            low: rank as u32,
+            id,
+        }
+    }
+
+    fn get(&self) -> (u64, u32) {
+        ((u64::from(self.high) << 32) | u64::from(self.low), self.id)
+    }
+}
+
 /// Where an eviction walk resumes (see [`Index::oldest_unpinned`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct LruCursor(u32);
@@ -161,11 +183,11 @@ pub(super) struct Index {
     /// `(scan hash, node)`: a stable iteration order for SCAN. Keys never
     /// move while present, so a full scan returns every key that was there
     /// throughout.
-    order: BTreeSet<(u64, u32)>,
+    order: BTreeSet<Ranked>,
     dram: List,
     gpu: List,
     /// `(expire_at_ms, node)` of every key with a TTL.
-    expiry: BTreeSet<(u64, u32)>,
+    expiry: BTreeSet<Ranked>,
     tick: u64,
     /// Deleted keys → (version of the delete, when).
     pub(super) tombstones: HashMap<Bytes, u64, Xxh3Builder>,
@@ -262,8 +284,8 @@ impl Index {
     }
 
     /// Whether `key` holds exactly `slot` (not rewritten or moved since).
-    pub(super) fn holds(&self, key: &[u8], slot: &Arc<Slot>) -> bool {
-        self.get(key).is_some_and(|e| Arc::ptr_eq(e.slot, slot))
+    pub(super) fn holds(&self, key: &[u8], slot: &SlotRef) -> bool {
+        self.get(key).is_some_and(|e| SlotRef::ptr_eq(e.slot, slot))
     }
 
     pub(super) fn remove(&mut self, key: &[u8]) -> Option<Entry> {
@@ -287,10 +309,10 @@ impl Index {
     fn release(&mut self, id: u32, hash: u64) -> (Bytes, Entry) {
         let place = self.nodes[id as usize].slot().place;
         self.unlink(place, id);
-        self.order.remove(&(scan_of(hash), id));
+        self.order.remove(&Ranked::new(scan_of(hash), id));
         let n = &mut self.nodes[id as usize];
         if n.expire_at_ms != NO_EXPIRY {
-            self.expiry.remove(&(n.expire_at_ms, id));
+            self.expiry.remove(&Ranked::new(n.expire_at_ms, id));
         }
         let expire_at_ms = n.expire();
         let key = std::mem::replace(&mut n.key, StoredKey::EMPTY);
@@ -306,16 +328,16 @@ impl Index {
     /// what it replaces.
     pub(super) fn insert(
         &mut self,
-        key: Bytes,
-        slot: Arc<Slot>,
+        key: &[u8],
+        slot: SlotRef,
         expire_at_ms: Option<u64>,
     ) -> Option<Entry> {
-        self.tombstones.remove(&key);
-        let hash = xxh3_64(&key);
+        self.tombstones.remove(key);
+        let hash = xxh3_64(key);
         let tick = self.next_tick();
         let place = slot.place;
         let expire = expire_at_ms.unwrap_or(NO_EXPIRY);
-        if let Some(id) = self.find_hashed(hash, &key) {
+        if let Some(id) = self.find_hashed(hash, key) {
             // Same key, same node: the SCAN order stays as it is.
             let old_place = self.nodes[id as usize].slot().place;
             self.unlink(old_place, id);
@@ -327,16 +349,16 @@ impl Index {
             let old_expire = std::mem::replace(&mut n.expire_at_ms, expire);
             n.tick = tick;
             if old_expire != NO_EXPIRY {
-                self.expiry.remove(&(old_expire, id));
+                self.expiry.remove(&Ranked::new(old_expire, id));
             }
             if expire != NO_EXPIRY {
-                self.expiry.insert((expire, id));
+                self.expiry.insert(Ranked::new(expire, id));
             }
             self.push_newest(place, id);
             return Some(old);
         }
         let node = Node {
-            key: StoredKey::new(&key),
+            key: StoredKey::new(key),
             slot: Some(slot),
             expire_at_ms: expire,
             tick,
@@ -360,9 +382,9 @@ impl Index {
         self.table.insert_unique(hash, id, |&other| {
             xxh3_64(nodes[other as usize].key.as_slice())
         });
-        self.order.insert((scan_of(hash), id));
+        self.order.insert(Ranked::new(scan_of(hash), id));
         if expire != NO_EXPIRY {
-            self.expiry.insert((expire, id));
+            self.expiry.insert(Ranked::new(expire, id));
         }
         self.push_newest(place, id);
         None
@@ -394,16 +416,16 @@ impl Index {
         let new = at_ms.unwrap_or(NO_EXPIRY);
         let old = std::mem::replace(&mut self.nodes[id as usize].expire_at_ms, new);
         if old != NO_EXPIRY {
-            self.expiry.remove(&(old, id));
+            self.expiry.remove(&Ranked::new(old, id));
         }
         if new != NO_EXPIRY {
-            self.expiry.insert((new, id));
+            self.expiry.insert(Ranked::new(new, id));
         }
     }
 
     /// Removes the key that expires first if it expired by `now_ms`.
     pub(super) fn pop_expired(&mut self, now_ms: u64) -> Option<(Bytes, Entry)> {
-        let &(at, id) = self.expiry.first()?;
+        let (at, id) = self.expiry.first()?.get();
         if at > now_ms {
             return None;
         }
@@ -421,7 +443,8 @@ impl Index {
         &self,
         cursor: u64,
     ) -> impl Iterator<Item = (u64, &[u8], Option<u64>)> + '_ {
-        self.order.range((cursor, 0)..).map(|&(h, id)| {
+        self.order.range(Ranked::new(cursor, 0)..).map(|r| {
+            let (h, id) = r.get();
             let n = &self.nodes[id as usize];
             (h, n.key.as_slice(), n.expire())
         })
@@ -448,7 +471,7 @@ impl Index {
 
     /// Swaps the value of a present key for the same value in another pool
     /// (same version, expiry and age). Returns the old slot.
-    pub(super) fn move_slot(&mut self, key: &[u8], slot: Arc<Slot>) -> Option<Arc<Slot>> {
+    pub(super) fn move_slot(&mut self, key: &[u8], slot: SlotRef) -> Option<SlotRef> {
         let id = self.find(key)?;
         let to = slot.place;
         let old = self.nodes[id as usize]
@@ -479,7 +502,7 @@ impl Index {
         let mut skipped = 0;
         while id != NIL && skipped <= MAX_PINNED_SKIPS {
             let n = &self.nodes[id as usize];
-            if Arc::strong_count(n.slot()) == 1 {
+            if SlotRef::count(n.slot()) == 1 {
                 return Some((LruCursor(n.next), Bytes::copy_from_slice(n.key.as_slice())));
             }
             skipped += 1;
@@ -649,7 +672,7 @@ impl Index {
             self.table.len(),
             "every key in the scan order"
         );
-        for &(h, id) in &self.order {
+        for (h, id) in self.order.iter().map(Ranked::get) {
             assert_eq!(scan_hash(self.nodes[id as usize].key.as_slice()), h);
         }
         let expiring = self
@@ -658,7 +681,7 @@ impl Index {
             .filter(|&&id| self.nodes[id as usize].expire_at_ms != NO_EXPIRY)
             .count();
         assert_eq!(expiring, self.expiry.len(), "expiry order");
-        for &(at, id) in &self.expiry {
+        for (at, id) in self.expiry.iter().map(Ranked::get) {
             assert_eq!(self.nodes[id as usize].expire_at_ms, at);
         }
         let (mut free, mut at) = (0, self.free);
@@ -683,6 +706,25 @@ mod tests {
         // The figure bench/index-memory.sh measures depends on it.
         assert!(std::mem::size_of::<StoredKey>() <= 24);
         assert!(std::mem::size_of::<Node>() <= 56);
+    }
+
+    #[test]
+    fn ranked_sorts_as_its_pair() {
+        let pairs = [
+            (0, 0),
+            (1, 5),
+            (u64::from(u32::MAX), 1),
+            (1 << 32, 0),
+            (u64::MAX, 2),
+        ];
+        let mut ranked: Vec<Ranked> = pairs
+            .iter()
+            .rev()
+            .map(|&(r, id)| Ranked::new(r, id))
+            .collect();
+        ranked.sort();
+        assert_eq!(ranked.iter().map(Ranked::get).collect::<Vec<_>>(), pairs);
+        assert_eq!(std::mem::size_of::<Ranked>(), 12);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! to evict when memory runs short.
 //!
 //! Values live in the DRAM [`Arena`]; the index (key → slot) lives on the
-//! heap beside it. A value is an `Arc<Slot>`: the index holds one reference
+//! heap beside it. A value is an `SlotRef`: the index holds one reference
 //! and every reader (an inline GET being written to a socket, a lease handed
 //! to a remote reader) holds another. The slot's chunk returns to the
 //! allocator only when the last reference drops, so a value that is deleted,
@@ -234,42 +234,64 @@ pub struct GpuStats {
     pub errors: u64,
 }
 
-/// A value's memory; freed when the last reference goes.
+/// A value's memory; freed when the last reference goes. Kept to 48
+/// bytes, so that with its reference count it is one 64-byte heap chunk:
+/// a node holds one per key. What can be derived is not stored: the
+/// chunk's size follows from `len`, the creation time from `version`.
 struct Slot {
     shared: Arc<Shared>,
-    /// Which pool `chunk` is in.
+    /// Start of the value in its pool (see [`Slot::chunk`]).
+    offset: u64,
+    len: u64,
+    epoch: u64,
+    version: u64,
+    checksum: u32,
+    /// Which pool the value is in.
     place: Tier,
     /// Counted in its pool's `value_bytes` (a staged copy is not).
     counted: bool,
-    chunk: Chunk,
-    len: u64,
-    checksum: u32,
-    created_ms: u64,
-    epoch: u64,
-    version: u64,
     /// Read back from the lower tier and unchanged since: the lower tier
     /// still holds these very bytes (unless it dropped them), so evicting
     /// the value needs no new write.
     clean: bool,
 }
 
+/// A shared reference to a value. `triomphe`'s `Arc` has no weak count:
+/// eight bytes less per key than `std`'s, which is what keeps a slot in
+/// one 64-byte chunk.
+type SlotRef = triomphe::Arc<Slot>;
+
+const _: () = assert!(std::mem::size_of::<Slot>() <= 48);
+
 impl Slot {
     /// The same value over another chunk: moved between pools (`counted`
     /// in its new pool), or a reader's private copy (not counted, and not
     /// `clean`: evicting it is never asked).
-    fn copy_at(&self, place: Tier, chunk: Chunk, counted: bool) -> Arc<Slot> {
-        Arc::new(Slot {
+    fn copy_at(&self, place: Tier, chunk: Chunk, counted: bool) -> SlotRef {
+        SlotRef::new(Slot {
             shared: self.shared.clone(),
-            place,
-            counted,
-            chunk,
+            offset: chunk.offset,
             len: self.len,
-            checksum: self.checksum,
-            created_ms: self.created_ms,
             epoch: self.epoch,
             version: self.version,
+            checksum: self.checksum,
+            place,
+            counted,
             clean: self.clean && counted,
         })
+    }
+
+    /// The chunk the value occupies (as its pool's allocator handed it out
+    /// for `len` bytes).
+    fn chunk(&self) -> Chunk {
+        SlabAllocator::chunk_at(self.offset, self.len)
+    }
+
+    /// When the write was accepted, on the node that accepted it: the
+    /// millisecond part of the version. Copies on other nodes and values
+    /// read back from the lower tier keep it.
+    fn created_ms(&self) -> u64 {
+        self.version >> 20
     }
 }
 
@@ -279,7 +301,7 @@ impl Drop for Slot {
             (Tier::Gpu, Some(gpu)) => (&gpu.alloc, &gpu.value_bytes),
             _ => (&self.shared.alloc, &self.shared.value_bytes),
         };
-        alloc.lock().free(self.chunk);
+        alloc.lock().free(self.chunk());
         if self.counted {
             value_bytes.fetch_sub(self.len, Relaxed);
         }
@@ -307,7 +329,7 @@ struct GpuPool {
 /// A pinned, readable value. Holding it keeps the bytes valid and unchanged.
 #[derive(Clone)]
 pub struct Value {
-    slot: Arc<Slot>,
+    slot: SlotRef,
 }
 
 impl std::fmt::Debug for Value {
@@ -329,7 +351,7 @@ impl Value {
             self.slot
                 .shared
                 .arena
-                .slice(self.slot.chunk.offset, self.slot.len)
+                .slice(self.slot.offset, self.slot.len)
         }
     }
 
@@ -355,7 +377,7 @@ impl Value {
 
     /// Address of the first byte, for handing out descriptors.
     pub fn addr(&self) -> usize {
-        self.slot.shared.arena.base_addr() + self.slot.chunk.offset as usize
+        self.slot.shared.arena.base_addr() + self.slot.offset as usize
     }
 }
 
@@ -599,7 +621,7 @@ impl Store {
             let info = Evicted {
                 version: e.slot.version,
                 expire_at_ms: e.expire_at_ms,
-                created_ms: e.slot.created_ms,
+                created_ms: e.slot.created_ms(),
                 checksum: e.slot.checksum,
                 clean: e.slot.clean,
             };
@@ -692,7 +714,7 @@ impl Store {
                     Expiry::Keep => old_expiry.flatten(),
                 };
                 self.forget_lower(&key);
-                let old = index.insert(key.clone(), slot.clone(), at).map(|e| e.slot);
+                let old = index.insert(&key, slot.clone(), at).map(|e| e.slot);
                 (true, old)
             } else {
                 (false, None)
@@ -707,7 +729,7 @@ impl Store {
 
     /// Publishes several values at once (MSET): readers see all or none.
     pub fn commit_all(&self, items: Vec<(Bytes, Reservation)>, now_ms: u64) {
-        let slots: Vec<(Bytes, Arc<Slot>)> = items
+        let slots: Vec<(Bytes, SlotRef)> = items
             .into_iter()
             .map(|(k, r)| (k, self.seal(r, now_ms)))
             .collect();
@@ -716,7 +738,7 @@ impl Store {
             let mut index = self.index.lock();
             for (k, slot) in &slots {
                 self.forget_lower(k);
-                garbage.extend(index.insert(k.clone(), slot.clone(), None));
+                garbage.extend(index.insert(k, slot.clone(), None));
             }
         }
         drop(garbage);
@@ -725,7 +747,7 @@ impl Store {
         }
     }
 
-    fn seal(&self, res: Reservation, now_ms: u64) -> Arc<Slot> {
+    fn seal(&self, res: Reservation, now_ms: u64) -> SlotRef {
         self.seal_version(res, now_ms, None, false)
     }
 
@@ -737,21 +759,20 @@ impl Store {
         now_ms: u64,
         version: Option<u64>,
         clean: bool,
-    ) -> Arc<Slot> {
+    ) -> SlotRef {
         let checksum = crc32c::crc32c(res.as_mut_slice());
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
         let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
-        Arc::new(Slot {
+        SlotRef::new(Slot {
             shared: self.shared.clone(),
-            place: Tier::Dram,
-            counted: true,
-            chunk,
+            offset: chunk.offset,
             len: res.len,
-            checksum,
-            created_ms: now_ms,
             epoch,
             version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
+            checksum,
+            place: Tier::Dram,
+            counted: true,
             clean,
         })
     }
@@ -826,7 +847,7 @@ impl Store {
             };
             if valid {
                 let old = index
-                    .insert(key.clone(), slot.clone(), expire_at_ms)
+                    .insert(&key, slot.clone(), expire_at_ms)
                     .map(|e| e.slot);
                 (true, upload, old)
             } else {
@@ -916,15 +937,15 @@ impl Store {
             index.live(key, now_ms, &mut expired).map(|e| Meta {
                 len: e.slot.len,
                 tier: e.slot.place,
-                created_ms: e.slot.created_ms,
+                created_ms: e.slot.created_ms(),
                 expire_at_ms: e.expire_at_ms,
                 checksum: e.slot.checksum,
                 epoch: e.slot.epoch,
                 version: e.slot.version,
                 // A GPU value's offset in the pool (it has no host address).
                 addr: match e.slot.place {
-                    Tier::Dram => self.shared.arena.base_addr() + e.slot.chunk.offset as usize,
-                    Tier::Gpu => e.slot.chunk.offset as usize,
+                    Tier::Dram => self.shared.arena.base_addr() + e.slot.offset as usize,
+                    Tier::Gpu => e.slot.offset as usize,
                 },
             })
         };

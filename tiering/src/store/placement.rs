@@ -4,7 +4,6 @@
 //! swaps to the copy only if the key still holds that very value.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -13,7 +12,7 @@ use crate::dram::Chunk;
 use crate::events::TierEvent;
 
 use super::{
-    try_alloc_in, LruCursor, Slot, Store, StoreError, Tier, Value, MAX_GPU_MOVES_PER_WRITE,
+    try_alloc_in, LruCursor, SlotRef, Store, StoreError, Tier, Value, MAX_GPU_MOVES_PER_WRITE,
 };
 
 impl Store {
@@ -23,7 +22,7 @@ impl Store {
     /// index lock; the caller's reference keeps the DRAM bytes alive (and
     /// pinned) meanwhile, and the swap happens only if `key` still holds
     /// this very slot (a write or delete that raced wins).
-    pub(super) fn raise(&self, key: &Bytes, slot: &Arc<Slot>) {
+    pub(super) fn raise(&self, key: &Bytes, slot: &SlotRef) {
         let Some(gpu) = &self.shared.gpu else {
             return;
         };
@@ -95,7 +94,7 @@ impl Store {
             let res = self.reservation(chunk, slot.len);
             (key, slot, res)
         };
-        let copied = gpu.device.download(slot.chunk.offset, res.as_mut_slice());
+        let copied = gpu.device.download(slot.offset, res.as_mut_slice());
         let copied_ok = copied.is_ok();
         // Whatever leaves the index is dropped after the lock is released.
         let old = {
@@ -133,7 +132,7 @@ impl Store {
     /// A readable value for `slot`: itself if it is in DRAM, else a private
     /// DRAM copy of its GPU bytes (freed when the reader lets go). Must be
     /// called without the index lock (it may evict).
-    pub(super) fn readable(&self, key: &[u8], slot: Arc<Slot>) -> Result<Value, StoreError> {
+    pub(super) fn readable(&self, key: &[u8], slot: SlotRef) -> Result<Value, StoreError> {
         if slot.place == Tier::Dram {
             return Ok(Value { slot });
         }
@@ -143,7 +142,7 @@ impl Store {
             .as_ref()
             .expect("GPU value without a GPU pool");
         let mut res = self.reserve(slot.len)?;
-        if let Err(e) = gpu.device.download(slot.chunk.offset, res.as_mut_slice()) {
+        if let Err(e) = gpu.device.download(slot.offset, res.as_mut_slice()) {
             self.gpu_errors.fetch_add(1, Relaxed);
             tracing::error!(error = %e, "GPU download failed; the value is dropped");
             // Its bytes cannot be read back: drop the key rather than
