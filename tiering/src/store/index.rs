@@ -4,17 +4,20 @@
 //! touches memory pools or the lower tier.
 //!
 //! Laid out for memory, since a node holds tens of millions of keys: each
-//! key has one [`Node`] in a slab, where its bytes are stored once (inline
-//! up to [`INLINE_KEY_BYTES`]). The hash table holds only node numbers; the
-//! LRU orders are doubly linked lists threaded through the nodes; the SCAN
-//! and expiry orders are B-trees of 12-byte `(u64, node number)` pairs. A node keeps
-//! its number for as long as its key is present, which is what lets the
-//! orders name keys by number.
+//! key has one 56-byte [`Node`] in a slab, where its bytes are stored once
+//! (inline up to [`INLINE_KEY_BYTES`]); a node keeps its number for as long
+//! as its key is present, so everything else names keys by number. The hash
+//! table is a linear-hashing table of chains threaded through the nodes
+//! ([`Buckets`]): four bytes per bucket, and it grows one bucket at a time,
+//! so no write ever waits for the whole table to be rehashed. The LRU
+//! orders are doubly linked lists through the nodes. SCAN walks the table
+//! itself, in the order of its keys' scan hashes (see [`scan_hash`]), so it
+//! needs no order of its own; only keys with a TTL sit in a B-tree, of
+//! 12-byte `(expiry, node)` pairs.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
-use hashbrown::HashTable;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3Builder};
 
 use super::{SlotRef, Tier};
@@ -32,6 +35,10 @@ const NIL: u32 = u32::MAX;
 /// A node's `expire_at_ms` when the key has no TTL.
 const NO_EXPIRY: u64 = u64::MAX;
 
+/// The table grows by a bucket whenever keys outnumber buckets: chains
+/// average at most one node.
+const MAX_LOAD: usize = 1;
+
 /// What leaves the index with a key.
 pub(super) struct Entry {
     pub(super) slot: SlotRef,
@@ -45,16 +52,19 @@ pub(super) struct EntryRef<'a> {
     pub(super) expire_at_ms: Option<u64>,
 }
 
-/// Scan order: keys by this hash. Hashes are ≥ 1 and < 2^63 so that a
-/// cursor is a positive integer in every client and 0 can mean
-/// "start/done".
+/// SCAN order: keys by this hash, the bit-reversed `xxh3_64` of the key,
+/// shifted to 63 bits. Reversed, because the table's buckets take the low
+/// bits of the hash: all keys of a bucket then share the leading bits of
+/// their scan hash, a bucket is one contiguous range of the order, and
+/// growing the table splits a range in two without moving anything out of
+/// it. Hashes are ≥ 1 and < 2^63 so that a cursor is a positive integer in
+/// every client and 0 can mean "start/done".
 pub(crate) fn scan_hash(key: &[u8]) -> u64 {
-    scan_of(xxh3_64(key))
+    (xxh3_64(key).reverse_bits() >> 1).max(1)
 }
 
-fn scan_of(hash: u64) -> u64 {
-    (hash >> 1).max(1)
-}
+/// Scan positions span 63 bits.
+const SCAN_BITS: u32 = 63;
 
 /// A key's bytes, stored once.
 enum StoredKey {
@@ -106,9 +116,11 @@ struct Node {
     /// `None` while the node is free (then `next` links the free list).
     slot: Option<SlotRef>,
     expire_at_ms: u64,
-    /// Age in the LRU order: larger is more recent. Unique across both
-    /// pools' orders, so a value moving between pools keeps its age.
-    tick: u64,
+    /// The low 32 bits of the key's `xxh3_64`: the table's address of it,
+    /// so that growing the table never reads a key.
+    hash: u32,
+    /// Next node in the same bucket.
+    chain: u32,
     /// Neighbours in its pool's LRU list: `prev` older, `next` newer.
     prev: u32,
     next: u32,
@@ -121,6 +133,67 @@ impl Node {
 
     fn expire(&self) -> Option<u64> {
         (self.expire_at_ms != NO_EXPIRY).then_some(self.expire_at_ms)
+    }
+}
+
+/// The heads of the table's chains, addressed by linear hashing: there are
+/// `2^level + split` buckets; a key goes to bucket `hash mod 2^level`,
+/// or `hash mod 2^(level+1)` where that bucket was already split.
+struct Buckets {
+    heads: Vec<u32>,
+    level: u32,
+    split: usize,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets {
+            heads: vec![NIL],
+            level: 0,
+            split: 0,
+        }
+    }
+}
+
+/// The low `bits` bits of `x`, reversed.
+fn reverse_low(x: u64, bits: u32) -> u64 {
+    if bits == 0 {
+        0
+    } else {
+        x.reverse_bits() >> (64 - bits)
+    }
+}
+
+impl Buckets {
+    fn of(&self, hash: u32) -> usize {
+        let h = u64::from(hash);
+        let b = (h & ((1 << self.level) - 1)) as usize;
+        if b < self.split {
+            (h & ((1 << (self.level + 1)) - 1)) as usize
+        } else {
+            b
+        }
+    }
+
+    /// The bucket holding scan position `pos`, and that bucket's range of
+    /// the scan order: `(bucket, first position, first position after it,
+    /// 0 if none)`.
+    fn locate(&self, pos: u64) -> (usize, u64, u64) {
+        let mut bits = self.level;
+        let mut prefix = pos >> (SCAN_BITS - bits);
+        let mut bucket = reverse_low(prefix, bits) as usize;
+        if bucket < self.split {
+            bits += 1;
+            prefix = pos >> (SCAN_BITS - bits);
+            bucket = reverse_low(prefix, bits) as usize;
+        }
+        let width = SCAN_BITS - bits;
+        let end = if prefix + 1 == 1 << bits {
+            0
+        } else {
+            (prefix + 1) << width
+        };
+        (bucket, prefix << width, end)
     }
 }
 
@@ -143,7 +216,7 @@ impl Default for List {
 }
 
 /// `(rank, node)` ordered by rank then node, packed in 12 bytes rather than
-/// a tuple's 16: a B-tree of them holds 10 M keys in 25% less memory.
+/// a tuple's 16.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Ranked {
     high: u32,
@@ -174,47 +247,26 @@ impl LruCursor {
     pub(super) const START: LruCursor = LruCursor(NIL - 1);
 }
 
+#[derive(Default)]
 pub(super) struct Index {
     nodes: Vec<Node>,
     /// First free node, `NIL` if none.
-    free: u32,
-    /// Node numbers, hashed by their key (`xxh3_64`).
-    table: HashTable<u32>,
-    /// `(scan hash, node)`: a stable iteration order for SCAN. Keys never
-    /// move while present, so a full scan returns every key that was there
-    /// throughout.
-    order: BTreeSet<Ranked>,
+    free: Option<u32>,
+    buckets: Buckets,
+    len: usize,
     dram: List,
     gpu: List,
     /// `(expire_at_ms, node)` of every key with a TTL.
     expiry: BTreeSet<Ranked>,
-    tick: u64,
     /// Deleted keys → (version of the delete, when).
     pub(super) tombstones: HashMap<Bytes, u64, Xxh3Builder>,
     tombstone_order: VecDeque<(u64, Bytes)>,
 }
 
-impl Default for Index {
-    fn default() -> Self {
-        Index {
-            nodes: Vec::new(),
-            free: NIL,
-            table: HashTable::new(),
-            order: BTreeSet::new(),
-            dram: List::default(),
-            gpu: List::default(),
-            expiry: BTreeSet::new(),
-            tick: 0,
-            tombstones: HashMap::default(),
-            tombstone_order: VecDeque::new(),
-        }
-    }
-}
-
 impl Index {
     /// Keys present (expired ones not yet collected included).
     pub(super) fn len(&self) -> usize {
-        self.table.len()
+        self.len
     }
 
     /// Keys with a TTL.
@@ -250,20 +302,20 @@ impl Index {
         }
     }
 
-    fn next_tick(&mut self) -> u64 {
-        self.tick += 1;
-        self.tick
-    }
-
-    fn find_hashed(&self, hash: u64, key: &[u8]) -> Option<u32> {
-        let nodes = &self.nodes;
-        self.table
-            .find(hash, |&id| nodes[id as usize].key.as_slice() == key)
-            .copied()
+    fn find_hashed(&self, hash: u32, key: &[u8]) -> Option<u32> {
+        let mut at = self.buckets.heads[self.buckets.of(hash)];
+        while at != NIL {
+            let n = &self.nodes[at as usize];
+            if n.hash == hash && n.key.as_slice() == key {
+                return Some(at);
+            }
+            at = n.chain;
+        }
+        None
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
-        self.find_hashed(xxh3_64(key), key)
+        self.find_hashed(xxh3_64(key) as u32, key)
     }
 
     fn entry_ref(&self, id: u32) -> EntryRef<'_> {
@@ -294,22 +346,15 @@ impl Index {
 
     /// Like [`Index::remove`], also giving back the stored key.
     pub(super) fn remove_keyed(&mut self, key: &[u8]) -> Option<(Bytes, Entry)> {
-        let hash = xxh3_64(key);
-        let nodes = &self.nodes;
-        let found = self
-            .table
-            .find_entry(hash, |&id| nodes[id as usize].key.as_slice() == key)
-            .ok()?;
-        let (id, _) = found.remove();
-        Some(self.release(id, hash))
+        let id = self.find(key)?;
+        Some(self.release(id))
     }
 
-    /// Unlinks node `id` (already out of the table) from every order and
-    /// frees it.
-    fn release(&mut self, id: u32, hash: u64) -> (Bytes, Entry) {
+    /// Takes node `id` out of the table and every order, and frees it.
+    fn release(&mut self, id: u32) -> (Bytes, Entry) {
+        self.unchain(id);
         let place = self.nodes[id as usize].slot().place;
         self.unlink(place, id);
-        self.order.remove(&Ranked::new(scan_of(hash), id));
         let n = &mut self.nodes[id as usize];
         if n.expire_at_ms != NO_EXPIRY {
             self.expiry.remove(&Ranked::new(n.expire_at_ms, id));
@@ -318,10 +363,66 @@ impl Index {
         let key = std::mem::replace(&mut n.key, StoredKey::EMPTY);
         let slot = n.slot.take().expect("a linked node holds a value");
         n.expire_at_ms = NO_EXPIRY;
-        n.next = self.free;
-        n.prev = NIL;
-        self.free = id;
+        n.next = self.free.unwrap_or(NIL);
+        self.free = Some(id);
+        self.len -= 1;
         (key.into_bytes(), Entry { slot, expire_at_ms })
+    }
+
+    /// Removes node `id` from its bucket's chain.
+    fn unchain(&mut self, id: u32) {
+        let (bucket, after) = {
+            let n = &self.nodes[id as usize];
+            (self.buckets.of(n.hash), n.chain)
+        };
+        let mut at = self.buckets.heads[bucket];
+        if at == id {
+            self.buckets.heads[bucket] = after;
+            return;
+        }
+        while at != NIL {
+            let next = self.nodes[at as usize].chain;
+            if next == id {
+                self.nodes[at as usize].chain = after;
+                return;
+            }
+            at = next;
+        }
+        unreachable!("node {id} is not in its bucket");
+    }
+
+    /// Splits the next bucket in line: its keys whose next hash bit is set
+    /// move to a new bucket at the end.
+    fn grow(&mut self) {
+        let Buckets {
+            level,
+            split,
+            ref mut heads,
+        } = self.buckets;
+        if level == 31 {
+            return; // 2^31 buckets: more keys than a node can hold anyway
+        }
+        let (mut stay, mut moved) = (NIL, NIL);
+        let mut at = heads[split];
+        while at != NIL {
+            let n = &mut self.nodes[at as usize];
+            let next = n.chain;
+            let chain = if (n.hash >> level) & 1 == 1 {
+                &mut moved
+            } else {
+                &mut stay
+            };
+            n.chain = *chain;
+            *chain = at;
+            at = next;
+        }
+        heads[split] = stay;
+        heads.push(moved);
+        self.buckets.split += 1;
+        if self.buckets.split == 1 << level {
+            self.buckets.level += 1;
+            self.buckets.split = 0;
+        }
     }
 
     /// Stores `slot` under `key` as its most recently used value; returns
@@ -333,12 +434,11 @@ impl Index {
         expire_at_ms: Option<u64>,
     ) -> Option<Entry> {
         self.tombstones.remove(key);
-        let hash = xxh3_64(key);
-        let tick = self.next_tick();
+        let hash = xxh3_64(key) as u32;
         let place = slot.place;
         let expire = expire_at_ms.unwrap_or(NO_EXPIRY);
         if let Some(id) = self.find_hashed(hash, key) {
-            // Same key, same node: the SCAN order stays as it is.
+            // Same key, same node: its place in the table stays.
             let old_place = self.nodes[id as usize].slot().place;
             self.unlink(old_place, id);
             let n = &mut self.nodes[id as usize];
@@ -347,7 +447,6 @@ impl Index {
                 expire_at_ms: n.expire(),
             };
             let old_expire = std::mem::replace(&mut n.expire_at_ms, expire);
-            n.tick = tick;
             if old_expire != NO_EXPIRY {
                 self.expiry.remove(&Ranked::new(old_expire, id));
             }
@@ -357,36 +456,41 @@ impl Index {
             self.push_newest(place, id);
             return Some(old);
         }
+        let bucket = self.buckets.of(hash);
         let node = Node {
             key: StoredKey::new(key),
             slot: Some(slot),
             expire_at_ms: expire,
-            tick,
+            hash,
+            chain: self.buckets.heads[bucket],
             prev: NIL,
             next: NIL,
         };
-        let id = if self.free != NIL {
-            let id = self.free;
-            self.free = self.nodes[id as usize].next;
-            self.nodes[id as usize] = node;
-            id
-        } else {
-            let id = u32::try_from(self.nodes.len())
-                .ok()
-                .filter(|&id| id < NIL - 1)
-                .expect("fewer than 2^32 - 2 keys in one store");
-            self.nodes.push(node);
-            id
+        let id = match self.free {
+            Some(id) => {
+                let next = self.nodes[id as usize].next;
+                self.free = (next != NIL).then_some(next);
+                self.nodes[id as usize] = node;
+                id
+            }
+            None => {
+                let id = u32::try_from(self.nodes.len())
+                    .ok()
+                    .filter(|&id| id < NIL - 1)
+                    .expect("fewer than 2^32 - 2 keys in one store");
+                self.nodes.push(node);
+                id
+            }
         };
-        let nodes = &self.nodes;
-        self.table.insert_unique(hash, id, |&other| {
-            xxh3_64(nodes[other as usize].key.as_slice())
-        });
-        self.order.insert(Ranked::new(scan_of(hash), id));
+        self.buckets.heads[bucket] = id;
+        self.len += 1;
         if expire != NO_EXPIRY {
             self.expiry.insert(Ranked::new(expire, id));
         }
         self.push_newest(place, id);
+        if self.len > self.buckets.heads.len() * MAX_LOAD {
+            self.grow();
+        }
         None
     }
 
@@ -402,7 +506,7 @@ impl Index {
             .expire()
             .is_some_and(|at| at <= now_ms)
         {
-            expired.extend(self.remove_keyed(key));
+            expired.push(self.release(id));
             return None;
         }
         Some(self.entry_ref(id))
@@ -429,48 +533,65 @@ impl Index {
         if at > now_ms {
             return None;
         }
-        let hash = xxh3_64(self.nodes[id as usize].key.as_slice());
-        self.table
-            .find_entry(hash, |&other| other == id)
-            .expect("an expiring node is in the table")
-            .remove();
-        Some(self.release(id, hash))
+        Some(self.release(id))
     }
 
-    /// Keys from scan hash `cursor` on, in SCAN order, with their scan hash
-    /// and TTL.
-    pub(super) fn scan_from(
+    /// One SCAN step: visits the keys from scan position `cursor` on, whole
+    /// buckets at a time, until at least `count` were visited; hands each
+    /// to `visit` with its scan hash and TTL, and returns the position to
+    /// resume from (0 when done). Every key present throughout a full walk
+    /// is visited exactly once, however the table grows meanwhile: a
+    /// bucket only ever splits into two halves of its own range.
+    pub(super) fn scan_step(
         &self,
         cursor: u64,
-    ) -> impl Iterator<Item = (u64, &[u8], Option<u64>)> + '_ {
-        self.order.range(Ranked::new(cursor, 0)..).map(|r| {
-            let (h, id) = r.get();
-            let n = &self.nodes[id as usize];
-            (h, n.key.as_slice(), n.expire())
-        })
+        count: usize,
+        mut visit: impl FnMut(u64, &[u8], Option<u64>),
+    ) -> u64 {
+        if cursor >> SCAN_BITS != 0 {
+            return 0; // past the end of the order
+        }
+        let mut pos = cursor;
+        let mut visited = 0;
+        loop {
+            let (bucket, _, end) = self.buckets.locate(pos);
+            let mut at = self.buckets.heads[bucket];
+            while at != NIL {
+                let n = &self.nodes[at as usize];
+                let key = n.key.as_slice();
+                let h = scan_hash(key);
+                // A cursor from the lower tier's walk may fall inside a
+                // bucket: what comes before it was listed already.
+                if h >= pos {
+                    visit(h, key, n.expire());
+                    visited += 1;
+                }
+                at = n.chain;
+            }
+            pos = end;
+            if pos == 0 || visited >= count {
+                return pos;
+            }
+        }
     }
 
-    /// Marks `key` most recently used. A key already among the most recent
-    /// eighth of the order is left where it is: eviction takes from the
-    /// other end, so moving it changes nothing but costs writes to three
-    /// nodes on every read of a hot key.
+    /// Marks `key` most recently used.
     pub(super) fn touch(&mut self, key: &[u8]) {
         let Some(id) = self.find(key) else {
             return;
         };
-        let recent = self.len() as u64 / RECENT_FRACTION;
-        if self.tick - self.nodes[id as usize].tick < recent {
-            return;
-        }
-        let tick = self.next_tick();
         let place = self.nodes[id as usize].slot().place;
-        self.unlink(place, id);
-        self.nodes[id as usize].tick = tick;
-        self.push_newest(place, id);
+        if self.list(place).tail != id {
+            self.unlink(place, id);
+            self.push_newest(place, id);
+        }
     }
 
     /// Swaps the value of a present key for the same value in another pool
-    /// (same version, expiry and age). Returns the old slot.
+    /// (same version and expiry). Returns the old slot. A value changing
+    /// pools becomes its new pool's most recently used: moves go up for
+    /// fresh writes and down for the GPU's oldest, which is still newer
+    /// than what DRAM already held.
     pub(super) fn move_slot(&mut self, key: &[u8], slot: SlotRef) -> Option<SlotRef> {
         let id = self.find(key)?;
         let to = slot.place;
@@ -480,7 +601,7 @@ impl Index {
             .expect("a linked node holds a value");
         if old.place != to {
             self.unlink(old.place, id);
-            self.insert_by_age(to, id);
+            self.push_newest(to, id);
         }
         Some(old)
     }
@@ -512,7 +633,7 @@ impl Index {
     }
 
     /// Up to `max` of the oldest evictable keys in `place`, oldest first
-    /// (looking past at most `MAX_PINNED_SKIPS` pinned values).
+    /// (looking past at most `MAX_PINNED_SKIPS` pinned values each).
     pub(super) fn oldest_unpinned_keys(&self, place: Tier, max: usize) -> Vec<Bytes> {
         let mut out = Vec::new();
         let mut cursor = LruCursor::START;
@@ -559,105 +680,43 @@ impl Index {
         self.list_mut(place).len -= 1;
     }
 
-    /// Links `id` between `prev` and `next` (either `NIL` at an end).
-    fn link_between(&mut self, place: Tier, id: u32, prev: u32, next: u32) {
-        {
-            let n = &mut self.nodes[id as usize];
-            n.prev = prev;
-            n.next = next;
-        }
-        match prev {
-            NIL => self.list_mut(place).head = id,
-            p => self.nodes[p as usize].next = id,
-        }
-        match next {
-            NIL => self.list_mut(place).tail = id,
-            n => self.nodes[n as usize].prev = id,
-        }
-        self.list_mut(place).len += 1;
-    }
-
     fn push_newest(&mut self, place: Tier, id: u32) {
         let tail = self.list(place).tail;
-        self.link_between(place, id, tail, NIL);
-    }
-
-    /// Links `id` where its tick belongs in `place`'s order. The walk is
-    /// bounded (`MAX_AGE_WALK` steps from the nearer end); past that the
-    /// value goes where the walk stopped, which only shifts when it is
-    /// evicted.
-    fn insert_by_age(&mut self, place: Tier, id: u32) {
-        let tick = self.nodes[id as usize].tick;
-        let List { head, tail, .. } = *self.list(place);
-        if head == NIL {
-            return self.link_between(place, id, NIL, NIL);
+        {
+            let n = &mut self.nodes[id as usize];
+            n.prev = tail;
+            n.next = NIL;
         }
-        let (oldest, newest) = (
-            self.nodes[head as usize].tick,
-            self.nodes[tail as usize].tick,
-        );
-        if tick >= newest / 2 + oldest / 2 {
-            // From the newest end back to the first older value.
-            let mut at = tail;
-            for _ in 0..MAX_AGE_WALK {
-                if at == NIL || self.nodes[at as usize].tick < tick {
-                    break;
-                }
-                at = self.nodes[at as usize].prev;
-            }
-            let next = match at {
-                NIL => head,
-                a => self.nodes[a as usize].next,
-            };
-            self.link_between(place, id, at, next);
-        } else {
-            // From the oldest end on to the first newer value.
-            let mut at = head;
-            for _ in 0..MAX_AGE_WALK {
-                if at == NIL || self.nodes[at as usize].tick > tick {
-                    break;
-                }
-                at = self.nodes[at as usize].next;
-            }
-            let prev = match at {
-                NIL => tail,
-                a => self.nodes[a as usize].prev,
-            };
-            self.link_between(place, id, prev, at);
+        match tail {
+            NIL => self.list_mut(place).head = id,
+            t => self.nodes[t as usize].next = id,
         }
+        let list = self.list_mut(place);
+        list.tail = id;
+        list.len += 1;
     }
 }
-
-/// See [`Index::touch`].
-const RECENT_FRACTION: u64 = 8;
 
 /// Eviction looks at most this many pinned values before giving up, so a
 /// write cannot spin over a store full of leased values.
 const MAX_PINNED_SKIPS: usize = 1024;
 
-/// See [`Index::insert_by_age`].
-const MAX_AGE_WALK: usize = 1024;
-
 #[cfg(test)]
 impl Index {
-    /// Panics unless every order agrees with the table (tests only: walks
-    /// everything).
+    /// Panics unless the table, the lists and the expiry order agree
+    /// (tests only: walks everything).
     pub(super) fn check_invariants(&self) {
         let mut linked = 0;
         for place in [Tier::Dram, Tier::Gpu] {
             let list = self.list(place);
-            let (mut at, mut prev, mut n, mut last_tick) = (list.head, NIL, 0u32, 0u64);
+            let (mut at, mut prev, mut n) = (list.head, NIL, 0u32);
             while at != NIL {
                 let node = &self.nodes[at as usize];
                 assert_eq!(node.prev, prev, "back link");
                 assert_eq!(node.slot().place, place, "node in its pool's list");
-                assert!(node.tick > last_tick, "ticks ascend from the oldest");
-                assert_eq!(
-                    self.find(node.key.as_slice()),
-                    Some(at),
-                    "listed key is indexed"
-                );
-                last_tick = node.tick;
+                let key = node.key.as_slice();
+                assert_eq!(self.find(key), Some(at), "listed key is indexed");
+                assert_eq!(node.hash, xxh3_64(key) as u32, "hash");
                 prev = at;
                 at = node.next;
                 n += 1;
@@ -666,25 +725,29 @@ impl Index {
             assert_eq!(list.len, n, "list length");
             linked += n as usize;
         }
-        assert_eq!(linked, self.table.len(), "every key in one list");
-        assert_eq!(
-            self.order.len(),
-            self.table.len(),
-            "every key in the scan order"
-        );
-        for (h, id) in self.order.iter().map(Ranked::get) {
-            assert_eq!(scan_hash(self.nodes[id as usize].key.as_slice()), h);
+        assert_eq!(linked, self.len, "every key in one list");
+        let b = &self.buckets;
+        assert_eq!(b.heads.len(), (1 << b.level) + b.split, "bucket count");
+        let mut chained = 0;
+        for (i, &head) in b.heads.iter().enumerate() {
+            let mut at = head;
+            while at != NIL {
+                assert_eq!(b.of(self.nodes[at as usize].hash), i, "node in its bucket");
+                chained += 1;
+                at = self.nodes[at as usize].chain;
+            }
         }
+        assert_eq!(chained, self.len, "every key in one chain");
         let expiring = self
-            .table
+            .nodes
             .iter()
-            .filter(|&&id| self.nodes[id as usize].expire_at_ms != NO_EXPIRY)
+            .filter(|n| n.slot.is_some() && n.expire_at_ms != NO_EXPIRY)
             .count();
         assert_eq!(expiring, self.expiry.len(), "expiry order");
         for (at, id) in self.expiry.iter().map(Ranked::get) {
             assert_eq!(self.nodes[id as usize].expire_at_ms, at);
         }
-        let (mut free, mut at) = (0, self.free);
+        let (mut free, mut at) = (0, self.free.unwrap_or(NIL));
         while at != NIL {
             assert!(
                 self.nodes[at as usize].slot.is_none(),
@@ -693,7 +756,7 @@ impl Index {
             free += 1;
             at = self.nodes[at as usize].next;
         }
-        assert_eq!(free + self.table.len(), self.nodes.len(), "no node lost");
+        assert_eq!(free + self.len, self.nodes.len(), "no node lost");
     }
 }
 
@@ -738,6 +801,42 @@ mod tests {
                 len <= INLINE_KEY_BYTES
             );
             assert_eq!(&stored.into_bytes()[..], &key[..]);
+        }
+    }
+
+    /// At every size the table passes through, the buckets' scan ranges
+    /// tile the whole order in bucket-walk order, and every hash's bucket
+    /// is the one whose range holds its scan position.
+    #[test]
+    fn buckets_tile_the_scan_order_at_every_size() {
+        let mut b = Buckets::default();
+        for _ in 0..300 {
+            let mut pos = 0;
+            let mut seen = vec![false; b.heads.len()];
+            loop {
+                let (bucket, start, end) = b.locate(pos);
+                assert_eq!(start, pos, "ranges are contiguous");
+                assert!(!seen[bucket], "bucket {bucket} visited once");
+                seen[bucket] = true;
+                if end == 0 {
+                    break;
+                }
+                assert!(end > start);
+                pos = end;
+            }
+            assert!(seen.iter().all(|&s| s), "every bucket visited");
+            for h in [0u64, 1, 0xdead_beef_1234_5678, u64::MAX, 1 << 40, 77] {
+                let scan = (h.reverse_bits() >> 1).max(1);
+                assert_eq!(b.locate(scan).0, b.of(h as u32), "hash {h:x}");
+            }
+            // Grow by one bucket, as the index does.
+            if b.split + 1 == 1 << b.level {
+                b.level += 1;
+                b.split = 0;
+            } else {
+                b.split += 1;
+            }
+            b.heads.push(NIL);
         }
     }
 }

@@ -1083,19 +1083,12 @@ impl Store {
         let count = count.max(1);
         let index = self.index.lock();
         let mut mine = Vec::new();
-        let mut next = 0;
-        let mut last_hash = None;
-        for (visited, (h, k, expire_at_ms)) in index.scan_from(cursor).enumerate() {
-            if visited >= count && last_hash != Some(h) {
-                next = h;
-                break;
-            }
-            last_hash = Some(h);
+        let next = index.scan_step(cursor, count, |h, k, expire_at_ms| {
             let live = expire_at_ms.is_none_or(|at| at > now_ms);
             if live && filter(k) {
                 mine.push((h, Bytes::copy_from_slice(k)));
             }
-        }
+        });
         let Some(lower) = self.lower.get() else {
             return (next, mine.into_iter().map(|(_, k)| k).collect());
         };
