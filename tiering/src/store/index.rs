@@ -4,7 +4,7 @@
 //! touches memory pools or the lower tier.
 //!
 //! Laid out for memory, since a node holds tens of millions of keys: each
-//! key has one 56-byte [`Node`] in a slab, where its bytes are stored once
+//! key has one 48-byte [`Node`] in a slab, where its bytes are stored once
 //! (inline up to [`INLINE_KEY_BYTES`]); a node keeps its number for as long
 //! as its key is present, so everything else names keys by number. The hash
 //! table is a linear-hashing table of chains threaded through the nodes
@@ -12,8 +12,9 @@
 //! so no write ever waits for the whole table to be rehashed. The LRU
 //! orders are doubly linked lists through the nodes. SCAN walks the table
 //! itself, in the order of its keys' scan hashes (see [`scan_hash`]), so it
-//! needs no order of its own; only keys with a TTL sit in a B-tree, of
-//! 12-byte `(expiry, node)` pairs.
+//! needs no order of its own. Only keys with a TTL cost more: their
+//! expiry sits in a map by node and in a B-tree of 12-byte
+//! `(expiry, node)` pairs.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -32,8 +33,10 @@ pub(super) const INLINE_KEY_BYTES: usize = 22;
 /// "No node" in links and cursors.
 const NIL: u32 = u32::MAX;
 
-/// A node's `expire_at_ms` when the key has no TTL.
-const NO_EXPIRY: u64 = u64::MAX;
+/// The bits of [`Node::hash`] that hold the hash; the top one says
+/// whether the key has a TTL.
+const HASH_BITS: u32 = 0x7fff_ffff;
+const HAS_TTL: u32 = 1 << 31;
 
 /// The table grows by a bucket whenever keys outnumber buckets: chains
 /// average at most one node.
@@ -115,9 +118,8 @@ struct Node {
     key: StoredKey,
     /// `None` while the node is free (then `next` links the free list).
     slot: Option<SlotRef>,
-    expire_at_ms: u64,
-    /// The low 32 bits of the key's `xxh3_64`: the table's address of it,
-    /// so that growing the table never reads a key.
+    /// The low 31 bits of the key's `xxh3_64` (the table's address of it,
+    /// so that growing the table never reads a key), and [`HAS_TTL`].
     hash: u32,
     /// Next node in the same bucket.
     chain: u32,
@@ -131,9 +133,14 @@ impl Node {
         self.slot.as_ref().expect("a linked node holds a value")
     }
 
-    fn expire(&self) -> Option<u64> {
-        (self.expire_at_ms != NO_EXPIRY).then_some(self.expire_at_ms)
+    fn address(&self) -> u32 {
+        self.hash & HASH_BITS
     }
+}
+
+/// The part of a key's hash that addresses it.
+fn address_of(key: &[u8]) -> u32 {
+    xxh3_64(key) as u32 & HASH_BITS
 }
 
 /// The heads of the table's chains, addressed by linear hashing: there are
@@ -256,7 +263,9 @@ pub(super) struct Index {
     len: usize,
     dram: List,
     gpu: List,
-    /// `(expire_at_ms, node)` of every key with a TTL.
+    /// Node → expiry (Unix ms) of every key with a TTL...
+    ttl: HashMap<u32, u64, Xxh3Builder>,
+    /// ...and the same as `(expire_at_ms, node)`, soonest first.
     expiry: BTreeSet<Ranked>,
     /// Deleted keys → (version of the delete, when).
     pub(super) tombstones: HashMap<Bytes, u64, Xxh3Builder>,
@@ -306,7 +315,7 @@ impl Index {
         let mut at = self.buckets.heads[self.buckets.of(hash)];
         while at != NIL {
             let n = &self.nodes[at as usize];
-            if n.hash == hash && n.key.as_slice() == key {
+            if n.address() == hash && n.key.as_slice() == key {
                 return Some(at);
             }
             at = n.chain;
@@ -315,14 +324,35 @@ impl Index {
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
-        self.find_hashed(xxh3_64(key) as u32, key)
+        self.find_hashed(address_of(key), key)
     }
 
     fn entry_ref(&self, id: u32) -> EntryRef<'_> {
         let n = &self.nodes[id as usize];
         EntryRef {
             slot: n.slot(),
-            expire_at_ms: n.expire(),
+            expire_at_ms: self.expire_of(id),
+        }
+    }
+
+    fn expire_of(&self, id: u32) -> Option<u64> {
+        if self.nodes[id as usize].hash & HAS_TTL == 0 {
+            return None;
+        }
+        self.ttl.get(&id).copied()
+    }
+
+    /// Sets (or with `None` clears) node `id`'s TTL in every view of it.
+    fn set_ttl(&mut self, id: u32, at_ms: Option<u64>) {
+        if let Some(old) = self.ttl.remove(&id) {
+            self.expiry.remove(&Ranked::new(old, id));
+        }
+        let n = &mut self.nodes[id as usize];
+        n.hash &= HASH_BITS;
+        if let Some(at) = at_ms {
+            n.hash |= HAS_TTL;
+            self.ttl.insert(id, at);
+            self.expiry.insert(Ranked::new(at, id));
         }
     }
 
@@ -355,14 +385,11 @@ impl Index {
         self.unchain(id);
         let place = self.nodes[id as usize].slot().place;
         self.unlink(place, id);
+        let expire_at_ms = self.expire_of(id);
+        self.set_ttl(id, None);
         let n = &mut self.nodes[id as usize];
-        if n.expire_at_ms != NO_EXPIRY {
-            self.expiry.remove(&Ranked::new(n.expire_at_ms, id));
-        }
-        let expire_at_ms = n.expire();
         let key = std::mem::replace(&mut n.key, StoredKey::EMPTY);
         let slot = n.slot.take().expect("a linked node holds a value");
-        n.expire_at_ms = NO_EXPIRY;
         n.next = self.free.unwrap_or(NIL);
         self.free = Some(id);
         self.len -= 1;
@@ -373,7 +400,7 @@ impl Index {
     fn unchain(&mut self, id: u32) {
         let (bucket, after) = {
             let n = &self.nodes[id as usize];
-            (self.buckets.of(n.hash), n.chain)
+            (self.buckets.of(n.address()), n.chain)
         };
         let mut at = self.buckets.heads[bucket];
         if at == id {
@@ -399,15 +426,17 @@ impl Index {
             split,
             ref mut heads,
         } = self.buckets;
-        if level == 31 {
-            return; // 2^31 buckets: more keys than a node can hold anyway
+        if level == 30 {
+            // 2^30 buckets use every address bit but the one that would
+            // split them; chains grow longer past a billion keys.
+            return;
         }
         let (mut stay, mut moved) = (NIL, NIL);
         let mut at = heads[split];
         while at != NIL {
             let n = &mut self.nodes[at as usize];
             let next = n.chain;
-            let chain = if (n.hash >> level) & 1 == 1 {
+            let chain = if (n.address() >> level) & 1 == 1 {
                 &mut moved
             } else {
                 &mut stay
@@ -434,24 +463,21 @@ impl Index {
         expire_at_ms: Option<u64>,
     ) -> Option<Entry> {
         self.tombstones.remove(key);
-        let hash = xxh3_64(key) as u32;
+        let hash = address_of(key);
         let place = slot.place;
-        let expire = expire_at_ms.unwrap_or(NO_EXPIRY);
         if let Some(id) = self.find_hashed(hash, key) {
             // Same key, same node: its place in the table stays.
             let old_place = self.nodes[id as usize].slot().place;
             self.unlink(old_place, id);
-            let n = &mut self.nodes[id as usize];
             let old = Entry {
-                slot: n.slot.replace(slot).expect("a linked node holds a value"),
-                expire_at_ms: n.expire(),
+                slot: self.nodes[id as usize]
+                    .slot
+                    .replace(slot)
+                    .expect("a linked node holds a value"),
+                expire_at_ms: self.expire_of(id),
             };
-            let old_expire = std::mem::replace(&mut n.expire_at_ms, expire);
-            if old_expire != NO_EXPIRY {
-                self.expiry.remove(&Ranked::new(old_expire, id));
-            }
-            if expire != NO_EXPIRY {
-                self.expiry.insert(Ranked::new(expire, id));
+            if old.expire_at_ms != expire_at_ms {
+                self.set_ttl(id, expire_at_ms);
             }
             self.push_newest(place, id);
             return Some(old);
@@ -460,7 +486,6 @@ impl Index {
         let node = Node {
             key: StoredKey::new(key),
             slot: Some(slot),
-            expire_at_ms: expire,
             hash,
             chain: self.buckets.heads[bucket],
             prev: NIL,
@@ -484,8 +509,8 @@ impl Index {
         };
         self.buckets.heads[bucket] = id;
         self.len += 1;
-        if expire != NO_EXPIRY {
-            self.expiry.insert(Ranked::new(expire, id));
+        if expire_at_ms.is_some() {
+            self.set_ttl(id, expire_at_ms);
         }
         self.push_newest(place, id);
         if self.len > self.buckets.heads.len() * MAX_LOAD {
@@ -502,10 +527,7 @@ impl Index {
         expired: &mut Vec<(Bytes, Entry)>,
     ) -> Option<EntryRef<'_>> {
         let id = self.find(key)?;
-        if self.nodes[id as usize]
-            .expire()
-            .is_some_and(|at| at <= now_ms)
-        {
+        if self.expire_of(id).is_some_and(|at| at <= now_ms) {
             expired.push(self.release(id));
             return None;
         }
@@ -517,14 +539,7 @@ impl Index {
         let Some(id) = self.find(key) else {
             return;
         };
-        let new = at_ms.unwrap_or(NO_EXPIRY);
-        let old = std::mem::replace(&mut self.nodes[id as usize].expire_at_ms, new);
-        if old != NO_EXPIRY {
-            self.expiry.remove(&Ranked::new(old, id));
-        }
-        if new != NO_EXPIRY {
-            self.expiry.insert(Ranked::new(new, id));
-        }
+        self.set_ttl(id, at_ms);
     }
 
     /// Removes the key that expires first if it expired by `now_ms`.
@@ -563,7 +578,7 @@ impl Index {
                 // A cursor from the lower tier's walk may fall inside a
                 // bucket: what comes before it was listed already.
                 if h >= pos {
-                    visit(h, key, n.expire());
+                    visit(h, key, self.expire_of(at));
                     visited += 1;
                 }
                 at = n.chain;
@@ -716,7 +731,7 @@ impl Index {
                 assert_eq!(node.slot().place, place, "node in its pool's list");
                 let key = node.key.as_slice();
                 assert_eq!(self.find(key), Some(at), "listed key is indexed");
-                assert_eq!(node.hash, xxh3_64(key) as u32, "hash");
+                assert_eq!(node.address(), address_of(key), "hash");
                 prev = at;
                 at = node.next;
                 n += 1;
@@ -732,20 +747,25 @@ impl Index {
         for (i, &head) in b.heads.iter().enumerate() {
             let mut at = head;
             while at != NIL {
-                assert_eq!(b.of(self.nodes[at as usize].hash), i, "node in its bucket");
+                assert_eq!(
+                    b.of(self.nodes[at as usize].address()),
+                    i,
+                    "node in its bucket"
+                );
                 chained += 1;
                 at = self.nodes[at as usize].chain;
             }
         }
         assert_eq!(chained, self.len, "every key in one chain");
-        let expiring = self
+        let flagged = self
             .nodes
             .iter()
-            .filter(|n| n.slot.is_some() && n.expire_at_ms != NO_EXPIRY)
+            .filter(|n| n.slot.is_some() && n.hash & HAS_TTL != 0)
             .count();
-        assert_eq!(expiring, self.expiry.len(), "expiry order");
+        assert_eq!(flagged, self.ttl.len(), "TTL flags");
+        assert_eq!(flagged, self.expiry.len(), "expiry order");
         for (at, id) in self.expiry.iter().map(Ranked::get) {
-            assert_eq!(self.nodes[id as usize].expire_at_ms, at);
+            assert_eq!(self.expire_of(id), Some(at));
         }
         let (mut free, mut at) = (0, self.free.unwrap_or(NIL));
         while at != NIL {
@@ -768,7 +788,7 @@ mod tests {
     fn a_node_is_compact() {
         // The figure bench/index-memory.sh measures depends on it.
         assert!(std::mem::size_of::<StoredKey>() <= 24);
-        assert!(std::mem::size_of::<Node>() <= 56);
+        assert!(std::mem::size_of::<Node>() <= 48);
     }
 
     #[test]
