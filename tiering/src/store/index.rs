@@ -245,6 +245,12 @@ impl Ranked {
     }
 }
 
+/// A present key's node, as a lookup found it. Valid only until the index
+/// next changes: it saves a second lookup of the same key within one
+/// critical section.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Found(u32);
+
 /// Where an eviction walk resumes (see [`Index::oldest_unpinned`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct LruCursor(u32);
@@ -462,10 +468,25 @@ impl Index {
         slot: SlotRef,
         expire_at_ms: Option<u64>,
     ) -> Option<Entry> {
+        let found = self.find(key).map(Found);
+        self.insert_found(key, found, slot, expire_at_ms)
+    }
+
+    /// [`Index::insert`] for a key just looked up (`found`: what
+    /// [`Index::live_found`] returned, with nothing changed since), so a
+    /// write costs one lookup, not two.
+    pub(super) fn insert_found(
+        &mut self,
+        key: &[u8],
+        found: Option<Found>,
+        slot: SlotRef,
+        expire_at_ms: Option<u64>,
+    ) -> Option<Entry> {
+        debug_assert_eq!(found.map(|f| f.0), self.find(key), "a stale lookup");
         self.tombstones.remove(key);
         let hash = address_of(key);
         let place = slot.place;
-        if let Some(id) = self.find_hashed(hash, key) {
+        if let Some(Found(id)) = found {
             // Same key, same node: its place in the table stays.
             let old_place = self.nodes[id as usize].slot().place;
             self.unlink(old_place, id);
@@ -526,12 +547,28 @@ impl Index {
         now_ms: u64,
         expired: &mut Vec<(Bytes, Entry)>,
     ) -> Option<EntryRef<'_>> {
+        let found = self.live_found(key, now_ms, expired)?;
+        Some(self.entry(found))
+    }
+
+    /// Like [`Index::live`], as a handle for [`Index::entry`],
+    /// [`Index::touch_found`] and [`Index::insert_found`].
+    pub(super) fn live_found(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        expired: &mut Vec<(Bytes, Entry)>,
+    ) -> Option<Found> {
         let id = self.find(key)?;
         if self.expire_of(id).is_some_and(|at| at <= now_ms) {
             expired.push(self.release(id));
             return None;
         }
-        Some(self.entry_ref(id))
+        Some(Found(id))
+    }
+
+    pub(super) fn entry(&self, found: Found) -> EntryRef<'_> {
+        self.entry_ref(found.0)
     }
 
     /// Sets (or clears) the TTL of a present key.
@@ -590,11 +627,8 @@ impl Index {
         }
     }
 
-    /// Marks `key` most recently used.
-    pub(super) fn touch(&mut self, key: &[u8]) {
-        let Some(id) = self.find(key) else {
-            return;
-        };
+    /// Marks a key just looked up as its pool's most recently used.
+    pub(super) fn touch_found(&mut self, Found(id): Found) {
         let place = self.nodes[id as usize].slot().place;
         if self.list(place).tail != id {
             self.unlink(place, id);

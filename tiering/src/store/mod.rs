@@ -699,9 +699,8 @@ impl Store {
         // so freeing chunks never lengthens the critical section.
         let (stored, _replaced_or_refused) = {
             let mut index = self.index.lock();
-            let old_expiry = index
-                .live(&key, now_ms, &mut expired)
-                .map(|e| e.expire_at_ms);
+            let found = index.live_found(&key, now_ms, &mut expired);
+            let old_expiry = found.map(|f| index.entry(f).expire_at_ms);
             let ok = match cond {
                 Condition::Always => true,
                 Condition::IfAbsent => old_expiry.is_none(),
@@ -714,7 +713,9 @@ impl Store {
                     Expiry::Keep => old_expiry.flatten(),
                 };
                 self.forget_lower(&key);
-                let old = index.insert(&key, slot.clone(), at).map(|e| e.slot);
+                let old = index
+                    .insert_found(&key, found, slot.clone(), at)
+                    .map(|e| e.slot);
                 (true, old)
             } else {
                 (false, None)
@@ -830,10 +831,8 @@ impl Store {
         let (stored, upload, _replaced) = {
             let mut index = self.index.lock();
             let buried = index.tombstones.get(&key).is_some_and(|t| *t >= version);
-            let newer = !buried
-                && index
-                    .live(&key, now_ms, &mut expired)
-                    .is_none_or(|e| e.slot.version < version);
+            let found = index.live_found(&key, now_ms, &mut expired);
+            let newer = !buried && found.is_none_or(|f| index.entry(f).slot.version < version);
             // A promoted value is being read right now, through DRAM: it
             // stays there. A copy from a peer is a write like any other.
             let (valid, upload) = match promoted {
@@ -847,7 +846,7 @@ impl Store {
             };
             if valid {
                 let old = index
-                    .insert(&key, slot.clone(), expire_at_ms)
+                    .insert_found(&key, found, slot.clone(), expire_at_ms)
                     .map(|e| e.slot);
                 (true, upload, old)
             } else {
@@ -879,13 +878,12 @@ impl Store {
         let mut expired = Vec::new();
         let found = {
             let mut index = self.index.lock();
-            let slot = index
-                .live(key, now_ms, &mut expired)
-                .map(|e| e.slot.clone());
-            if slot.is_some() {
-                index.touch(key);
-            }
-            slot
+            let found = index.live_found(key, now_ms, &mut expired);
+            found.map(|f| {
+                let slot = index.entry(f).slot.clone();
+                index.touch_found(f);
+                slot
+            })
         };
         self.note_expired(expired);
         match found {
