@@ -177,6 +177,10 @@ struct Args {
     /// attach where both may (`false`: always the network data plane).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     cma: bool,
+    /// Zero-copy GETs of values up to this size come back in the GET reply
+    /// (the client's `inline_get_max`; 0: every value by the data plane).
+    #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_GET_MAX as usize)]
+    inline_get_max: usize,
 }
 
 /// Everything a phase needs, shared by its tasks.
@@ -367,6 +371,7 @@ fn new_plan(
     client.data_bind = args.data_bind;
     client.data_advertise = args.data_advertise.clone();
     client.cma = args.cma;
+    client.inline_get_max = args.inline_get_max as u64;
     Plan {
         client,
         api,

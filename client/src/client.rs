@@ -62,7 +62,26 @@ pub struct ClientConfig {
     /// where both sides are allowed to read each other (same user, same
     /// pid namespace). `false` keeps every node on `protocol`.
     pub cma: bool,
+    /// Zero-copy reads (`get_into`, `get_many`) of values up to this many
+    /// bytes come back in the GET reply itself (`GET key desc INLINE n`)
+    /// and are copied into the buffer: one round trip and no lease, where a
+    /// data-plane read would add a round trip that costs more than the
+    /// bytes. Over cross-memory attach or RDMA, whose reads are one copy
+    /// with no round trip through the node's CPU, at most
+    /// [`ONE_SIDED_INLINE_GET_MAX`]. 0: every value by the data plane.
+    pub inline_get_max: u64,
 }
+
+/// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
+/// extra round trip costs as much as moving a few hundred KiB: measured
+/// here, inline GETs are faster up to 256 KiB and even at 1 MiB
+/// (docs/BENCHMARKS.md §2e).
+pub const DEFAULT_INLINE_GET_MAX: u64 = 256 * 1024;
+
+/// The most a GET returns inline where the read would go by cross-memory
+/// attach or RDMA: a cross-memory read of 128 KiB already matches an
+/// inline GET, and of 256 KiB beats it (docs/BENCHMARKS.md §2e).
+pub const ONE_SIDED_INLINE_GET_MAX: u64 = 64 * 1024;
 
 impl ClientConfig {
     /// One seed.
@@ -82,6 +101,7 @@ impl ClientConfig {
             health_check_interval_ms: 2000,
             protocol: Protocol::Tcp,
             cma: true,
+            inline_get_max: DEFAULT_INLINE_GET_MAX,
         }
     }
 }
@@ -306,19 +326,20 @@ impl Client {
         let retries = self.cfg.retry_attempts;
         let sent = std::time::Instant::now();
         let first = dst.pick(link.is_some()).as_bytes();
-        let reply = match node
-            .call(&[b"GET", key, first], Idempotent::Yes, retries)
-            .await
-        {
+        let inline = self.inline_option(link.is_some());
+        let get = |desc| get_args(key, desc, &inline);
+        let reply = match node.call(&get(first), Idempotent::Yes, retries).await {
             // The connection was replaced by one without CMA meanwhile.
             Err(Error::Server { code, .. }) if code == "NOCMA" => {
                 let net = dst.net.as_bytes();
-                node.call(&[b"GET", key, net], Idempotent::Yes, retries)
-                    .await
+                node.call(&get(net), Idempotent::Yes, retries).await
             }
             other => other,
         }?;
-        let lease = Lease::parse(reply)?;
+        let lease = match Got::parse(reply)? {
+            Got::Inline(bytes) => return copy_inline(&bytes, region, offset, capacity),
+            Got::Lease(lease) => lease,
+        };
         let read = self.pull(link, &lease, region, offset, capacity).await;
         let live = lease.src.transport == TransportKind::Cma
             && link.is_some_and(|l| l.lease_still_live(sent.elapsed()));
@@ -471,24 +492,30 @@ impl Client {
     ) -> Result<Vec<Result<usize>>> {
         let link = node.cma_link();
         let started = std::time::Instant::now();
-        let commands: Vec<[&[u8]; 3]> = idx
+        let inline = self.inline_option(link.is_some());
+        let commands: Vec<Vec<&[u8]>> = idx
             .iter()
             .map(|&j| {
                 let (i, _, dst) = &sent[j];
-                [
-                    b"GET" as &[u8],
+                get_args(
                     chunk[*i].0.as_ref(),
                     dst.pick(link.is_some()).as_bytes(),
-                ]
+                    &inline,
+                )
             })
             .collect();
-        let commands: Vec<&[&[u8]]> = commands.iter().map(|c| &c[..]).collect();
+        let commands: Vec<&[&[u8]]> = commands.iter().map(Vec::as_slice).collect();
         let replies = node.exchange(&commands, Idempotent::Yes).await?;
         let mut out: Vec<Result<usize>> = idx.iter().map(|_| Ok(0)).collect();
         let mut leases = Vec::with_capacity(idx.len());
         for (k, reply) in replies.into_iter().enumerate() {
-            match reply.and_then(Lease::parse) {
-                Ok(lease) => leases.push((k, lease)),
+            match reply.and_then(Got::parse) {
+                Ok(Got::Lease(lease)) => leases.push((k, lease)),
+                Ok(Got::Inline(bytes)) => {
+                    let (i, capacity, _) = &sent[idx[k]];
+                    let (_, buf, offset) = &chunk[*i];
+                    out[k] = copy_inline(&bytes, buf.region(), *offset, *capacity);
+                }
                 Err(e) => out[k] = Err(e),
             }
         }
@@ -847,6 +874,16 @@ impl Client {
     }
 
     /// Copies a `cma` source (already checked to fit) out of the node.
+    /// The `INLINE` argument of zero-copy GETs to a node, if any: `cma`
+    /// when its reads go by cross-memory attach.
+    fn inline_option(&self, cma: bool) -> Option<String> {
+        let mut max = self.cfg.inline_get_max;
+        if cma || self.transport.kind() == TransportKind::Rdma {
+            max = max.min(ONE_SIDED_INLINE_GET_MAX);
+        }
+        (max > 0).then(|| max.to_string())
+    }
+
     fn cma_pull(
         &self,
         link: Option<Link>,
@@ -910,6 +947,53 @@ struct Lease {
     src: Descriptor,
     id: i64,
     len: u64,
+}
+
+/// What a zero-copy GET answered.
+enum Got {
+    /// A lease on the value, to read through the data plane.
+    Lease(Lease),
+    /// The value itself (`INLINE`: it was small).
+    Inline(Bytes),
+}
+
+impl Got {
+    fn parse(reply: BytesFrame) -> Result<Self> {
+        match reply {
+            BytesFrame::BulkString(b) => Ok(Got::Inline(b)),
+            other => Lease::parse(other).map(Got::Lease),
+        }
+    }
+}
+
+/// `GET key desc`, with `INLINE n` when `inline` is set.
+fn get_args<'a>(key: &'a [u8], desc: &'a [u8], inline: &'a Option<String>) -> Vec<&'a [u8]> {
+    let mut args: Vec<&[u8]> = vec![b"GET", key, desc];
+    if let Some(n) = inline {
+        args.extend([b"INLINE" as &[u8], n.as_bytes()]);
+    }
+    args
+}
+
+/// Copies a value that came back inline into `region` at `offset`, where
+/// the GET's destination of `capacity` bytes starts.
+fn copy_inline(bytes: &[u8], region: &Region, offset: usize, capacity: usize) -> Result<usize> {
+    if bytes.len() > capacity {
+        return Err(Error::TooLarge(format!(
+            "value of {} bytes does not fit the destination of {capacity} bytes",
+            bytes.len()
+        )));
+    }
+    let end = (offset as u64).checked_add(bytes.len() as u64);
+    if end.is_none_or(|end| end > region.len()) {
+        return Err(Error::Invalid("range outside the buffer"));
+    }
+    let dst = (region.addr() + offset as u64) as *mut u8;
+    // SAFETY: `[dst, dst + len)` lies in `region` (checked above), memory
+    // the caller lent this get exclusively (`&mut Buffer`); `bytes` is a
+    // reply buffer of ours, so the two cannot overlap.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+    Ok(bytes.len())
 }
 
 impl Lease {

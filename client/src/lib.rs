@@ -37,6 +37,8 @@ mod router;
 mod slots;
 
 pub use buffer::Buffer;
-pub use client::{Client, ClientConfig, BATCH_MAX};
+pub use client::{
+    Client, ClientConfig, BATCH_MAX, DEFAULT_INLINE_GET_MAX, ONE_SIDED_INLINE_GET_MAX,
+};
 pub use error::{Error, Result};
 pub use strata_rdma::Descriptor;

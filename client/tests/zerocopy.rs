@@ -316,3 +316,62 @@ async fn put_many_splits_batches_over_the_mput_limit() {
         assert_eq!(&got[..], &(i as u128).to_le_bytes());
     }
 }
+
+/// Values up to `inline_get_max` come back in the GET reply (no data-plane
+/// read), larger ones by the data plane; with the limit at 0 every value
+/// takes the data plane. Same bytes either way, at an offset, one at a
+/// time and in mixed batches.
+#[tokio::test]
+async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
+    let node = Node::start(&[]);
+    let inline = node.network_client().await;
+    assert_eq!(inline.config().inline_get_max, 256 * 1024);
+    let leased = Client::connect_with(strata_client::ClientConfig {
+        cma: false,
+        inline_get_max: 0,
+        ..strata_client::ClientConfig::new(node.addr())
+    })
+    .await
+    .expect("connect");
+    let sizes = [1usize, 100, 65536, 256 * 1024, 256 * 1024 + 1, MIB];
+    for len in sizes {
+        round_trip(&inline, &format!("mix-{len}"), len).await;
+    }
+    let served = || info_field(&inline, "stats", "data_reads_served");
+    for (c, by_data_plane) in [(&inline, 2), (&leased, sizes.len() as u64)] {
+        let before = served().await;
+        for len in sizes {
+            let key = format!("mix-{len}");
+            let mut dst = c.alloc(len + 7).expect("alloc");
+            assert_eq!(
+                c.get_into(key.as_bytes(), &mut dst, 7).await.expect("get"),
+                len
+            );
+            assert!(
+                dst.as_slice()[7..] == pattern(key.as_bytes(), len)[..],
+                "{key}"
+            );
+            assert!(dst.as_slice()[..7].iter().all(|&b| b == 0), "{key}");
+        }
+        assert_eq!(served().await - before, by_data_plane, "single GETs");
+        let before = served().await;
+        let mut bufs: Vec<_> = sizes.iter().map(|&l| c.alloc(l).expect("alloc")).collect();
+        let mut items: Vec<_> = bufs
+            .iter_mut()
+            .zip(sizes)
+            .map(|(b, l)| (format!("mix-{l}"), b, 0))
+            .collect();
+        for (r, len) in c.get_many(&mut items).await.into_iter().zip(sizes) {
+            assert_eq!(r.expect("get_many"), len);
+        }
+        for ((key, b, _), len) in items.iter().zip(sizes) {
+            assert!(b.as_slice() == &pattern(key.as_bytes(), len)[..], "{key}");
+        }
+        assert_eq!(served().await - before, by_data_plane, "a batch");
+        // A destination too small is refused the same way inline or not.
+        let mut small = c.alloc(10).expect("alloc");
+        let e = c.get_into(b"mix-100", &mut small, 0).await.unwrap_err();
+        assert!(matches!(e, Error::TooLarge(_)), "{e:?}");
+    }
+    assert_eq!(info_field(&inline, "stats", "leases_out").await, 0);
+}

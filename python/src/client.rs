@@ -70,7 +70,8 @@ impl NativeClient {
 impl NativeClient {
     #[new]
     #[pyo3(signature = (seeds, data_bind, retry_attempts, timeout_ms, failover,
-                        failover_timeout_ms, health_check_interval_ms, threads, cma=true))]
+                        failover_timeout_ms, health_check_interval_ms, threads, cma=true,
+                        inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -83,6 +84,7 @@ impl NativeClient {
         health_check_interval_ms: u64,
         threads: usize,
         cma: bool,
+        inline_get_max: u64,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -100,6 +102,7 @@ impl NativeClient {
         cfg.failover_timeout_ms = failover_timeout_ms;
         cfg.health_check_interval_ms = health_check_interval_ms;
         cfg.cma = cma;
+        cfg.inline_get_max = inline_get_max;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("strata-py")

@@ -46,6 +46,7 @@ class Client:
             c.health_check_interval_ms,
             c.threads,
             c.cma,
+            c.inline_get_max_bytes,
         )
 
     # -- lifecycle ---------------------------------------------------------

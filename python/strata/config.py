@@ -22,7 +22,12 @@ class ClientConfig:
     zero-copy. ``threads``: tokio worker threads behind this client.
     ``cma``: with nodes on this host, move payloads by cross-memory attach
     where both processes may (same user and pid namespace); ``False`` keeps
-    every node on the network data plane. ``gpu_staging_bytes``: pinned
+    every node on the network data plane. ``inline_get_max_bytes``:
+    ``get_into`` and ``batch_get_into`` receive values up to this size in
+    the GET reply itself (one round trip, no lease) rather than by a
+    data-plane read (by cross-memory attach or RDMA, at most 64 KiB); 0
+    sends every value by the data plane.
+    ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
     """
@@ -37,6 +42,7 @@ class ClientConfig:
     threads: int = 2
     inline_max_bytes: int = 16 * 1024
     cma: bool = True
+    inline_get_max_bytes: int = 256 * 1024
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

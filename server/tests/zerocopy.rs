@@ -556,3 +556,93 @@ fn reads_outside_the_leased_value_or_without_its_token_are_refused() {
         read(sdesc).await.expect("the leased range, again");
     });
 }
+
+#[test]
+fn get_inline_returns_small_values_in_the_reply_and_leases_the_rest() {
+    let node = Node::start(&[]);
+    let rt = runtime();
+    rt.block_on(async {
+        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut c = node.conn();
+        for (key, len) in [("small", 1000usize), ("big", 100_000)] {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(pattern(len as u64, len))
+                .query(&mut c)
+                .unwrap();
+        }
+        let dst = buf(&t, vec![0u8; 200_000]).await;
+        let d = desc(&t, &dst, 200_000);
+        let get = |c: &mut redis::Connection, key: &str, n: &str| -> redis::RedisResult<V> {
+            redis::cmd("GET")
+                .arg(key)
+                .arg(&d)
+                .arg("INLINE")
+                .arg(n)
+                .query(c)
+        };
+        // At or under the limit: the bytes themselves, no lease.
+        for n in ["1000", "65536"] {
+            match get(&mut c, "small", n).unwrap() {
+                V::BulkString(b) => assert_eq!(b, pattern(1000, 1000)),
+                other => panic!("INLINE {n}: {other:?}"),
+            }
+        }
+        // Over it: a lease, as without the option.
+        for n in ["999", "0", "65536"] {
+            let key = if n == "65536" { "big" } else { "small" };
+            let v = get(&mut c, key, n).unwrap();
+            let V::Array(parts) = &v else {
+                panic!("INLINE {n} {key}: {v:?}")
+            };
+            assert_eq!(parts.len(), 3, "{v:?}");
+            let V::Int(lease) = parts[1] else {
+                panic!("{v:?}")
+            };
+            let _: i64 = redis::cmd("RELEASE").arg(lease).query(&mut c).unwrap();
+        }
+        // The destination is checked whichever way the value would travel.
+        let small = buf(&t, vec![0u8; 100]).await;
+        let e = redis::cmd("GET")
+            .arg("small")
+            .arg(desc(&t, &small, 100))
+            .arg("INLINE")
+            .arg(65536)
+            .query::<V>(&mut c)
+            .unwrap_err();
+        assert_eq!(err_code(&e), "TOOLARGE", "{e}");
+        let e = get(&mut c, "missing", "65536").unwrap_err();
+        assert_eq!(err_code(&e), "NOTFOUND", "{e}");
+        let e = redis::cmd("GET")
+            .arg("small")
+            .arg("garbage")
+            .arg("INLINE")
+            .arg(65536)
+            .query::<V>(&mut c)
+            .unwrap_err();
+        assert_eq!(err_code(&e), "BADDESC", "{e}");
+        // Bad option or count: clear errors, and the connection goes on.
+        for (opt, n) in [("INLINE", "-1"), ("INLINE", "x"), ("NOPE", "5")] {
+            let e = redis::cmd("GET")
+                .arg("small")
+                .arg(&d)
+                .arg(opt)
+                .arg(n)
+                .query::<V>(&mut c)
+                .unwrap_err();
+            assert_eq!(err_code(&e), "ERR", "{opt} {n}: {e}");
+        }
+        let e = redis::cmd("GET")
+            .arg("small")
+            .arg(&d)
+            .arg("INLINE")
+            .query::<V>(&mut c)
+            .unwrap_err();
+        assert_eq!(err_code(&e), "ERR", "{e}");
+        assert!(e.to_string().contains("syntax"), "{e}");
+        let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+        assert_eq!(pong, "PONG");
+    });
+}

@@ -5,13 +5,19 @@
 //! buffer. The value is pinned under a lease and the reply is
 //! `[source descriptor, lease, len]`; the client pulls the bytes itself with
 //! a one-sided read and then sends `RELEASE lease`.
+//!
+//! `GET key desc INLINE n`: the same, except that a value of at most `n`
+//! bytes comes back as a bulk string, like a plain `GET`: for a small
+//! value a second round trip (the read) and a lease cost more than the
+//! bytes themselves. The destination is checked as for any zero-copy GET,
+//! so a client gets the same errors whichever way the value travels.
 
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
 use strata_rdma::{Transport, TransportKind};
 use strata_tiering::Value;
 
-use super::{desc_arg, store_error, transfer_error, Ctx, Out};
+use super::{desc_arg, int_arg, store_error, transfer_error, Ctx, Out};
 use crate::metrics::Direction;
 use crate::pubsub::keyspace::Event;
 
@@ -29,15 +35,23 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             }
             Err(e) => store_error(e).into(),
         },
-        [_, key, desc] => match lease(ctx, key, desc) {
-            Ok(r) => r.into(),
-            Err(e) => e.into(),
-        },
+        [_, key, desc] => lease(ctx, key, desc, 0).unwrap_or_else(Into::into),
+        [_, key, desc, opt, n] if opt.eq_ignore_ascii_case(b"INLINE") => {
+            match int_arg(n).and_then(|n| {
+                u64::try_from(n).map_err(|_| CommandError::err("INLINE must be 0 or more bytes"))
+            }) {
+                Ok(n) => lease(ctx, key, desc, n).unwrap_or_else(Into::into),
+                Err(e) => e.into(),
+            }
+        }
+        [_, _, _, ..] => CommandError::syntax().into(),
         _ => CommandError::wrong_arity("get").into(),
     }
 }
 
-fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandError> {
+/// A zero-copy GET: a lease on the value, or the value itself when it is
+/// at most `inline_max` bytes.
+fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8], inline_max: u64) -> Result<Out, CommandError> {
     let dst = desc_arg(desc)?;
     let cma = dst.transport == TransportKind::Cma;
     if cma {
@@ -72,12 +86,16 @@ fn lease(ctx: &mut Ctx<'_>, key: &[u8], desc: &[u8]) -> Result<Reply, CommandErr
             ),
         ));
     }
+    if value.len() <= inline_max {
+        return Ok(Out::Value(Some(value)));
+    }
     let (src, id) = grant(ctx, value, cma)?;
     Ok(Reply::Array(vec![
         Reply::text(&src.0),
         Reply::Int(id as i64),
         Reply::Int(src.1 as i64),
-    ]))
+    ])
+    .into())
 }
 
 /// Leases `value` to this connection; returns (source descriptor, len) and
