@@ -44,7 +44,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 Err(e) => e.into(),
             }
         }
-        [_, _, _, ..] => CommandError::syntax().into(),
+        [_, _, _, _, _] => CommandError::syntax().into(),
         _ => CommandError::wrong_arity("get").into(),
     }
 }
