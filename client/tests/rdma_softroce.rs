@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{info_field, pattern, wait_for};
-use strata_client::{Client, ClientConfig};
+use strata_client::{Client, ClientConfig, ONE_SIDED_INLINE_GET_MAX};
 use strata_rdma::verbs::{VerbsConfig, VerbsTransport};
 use strata_rdma::{Descriptor, Protocol, TransferError, Transport, TransportKind};
 
@@ -107,7 +107,14 @@ impl Drop for RdmaNode {
 }
 
 async fn rdma_client(side: &Side, node: &RdmaNode) -> Client {
+    rdma_client_with(side, node, 0).await
+}
+
+/// An RDMA client whose GETs of values up to `inline_get_max` come back
+/// in the reply (`rdma_client`: none do, every GET is an RDMA READ).
+async fn rdma_client_with(side: &Side, node: &RdmaNode, inline_get_max: u64) -> Client {
     let mut cfg = ClientConfig::new(node.addr.to_string());
+    cfg.inline_get_max = inline_get_max;
     cfg.data_bind = SocketAddr::new(side.ip, 0);
     cfg.protocol = Protocol::Rdma {
         device_name: Some(side.dev.clone()),
@@ -177,6 +184,12 @@ async fn put_get_4k_to_4m_across_devices() {
                 .load(std::sync::atomic::Ordering::Relaxed)
                 >= sizes.len() as u64
         );
+        assert_eq!(info_field(&c, "stats", "leases_out").await, 0);
+        // With the default limit a small value comes back in the GET reply.
+        let c = rdma_client_with(client_side, node, ONE_SIDED_INLINE_GET_MAX).await;
+        for len in [1, 4 * KIB, 64 * KIB, 64 * KIB + 1] {
+            round_trip(&c, &format!("i-{}-{len}", client_side.dev), len).await;
+        }
         assert_eq!(info_field(&c, "stats", "leases_out").await, 0);
     }
 }
