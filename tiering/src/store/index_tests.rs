@@ -35,6 +35,17 @@ fn key(i: u64) -> Bytes {
     }
 }
 
+/// A store roomy enough that nothing is evicted.
+fn store() -> Store {
+    Store::new(StoreConfig {
+        capacity_bytes: 64 * MIB,
+        max_value_bytes: MIB,
+        high_watermark: 1.0,
+        tombstone_ms: 0,
+    })
+    .unwrap()
+}
+
 fn put(s: &Store, k: &Bytes, tag: u8, expiry: Expiry, now: u64) {
     let mut r = s.reserve(1 + tag as u64 % 40).unwrap();
     r.as_mut_slice().fill(tag);
@@ -43,13 +54,7 @@ fn put(s: &Store, k: &Bytes, tag: u8, expiry: Expiry, now: u64) {
 
 #[test]
 fn random_operations_agree_with_a_model() {
-    let s = Store::new(StoreConfig {
-        capacity_bytes: 64 * MIB,
-        max_value_bytes: MIB,
-        high_watermark: 1.0,
-        tombstone_ms: 0,
-    })
-    .unwrap();
+    let s = store();
     let mut rng = Rng(0x5eed);
     // key → (fill byte, expire_at_ms)
     let mut model: HashMap<Bytes, (u8, Option<u64>)> = HashMap::new();
@@ -133,13 +138,7 @@ fn random_operations_agree_with_a_model() {
 
 #[test]
 fn eviction_takes_the_least_recently_used_first() {
-    let s = Store::new(StoreConfig {
-        capacity_bytes: 64 * MIB,
-        max_value_bytes: MIB,
-        high_watermark: 1.0,
-        tombstone_ms: 0,
-    })
-    .unwrap();
+    let s = store();
     for i in 0..100 {
         put(&s, &key(i), 1, Expiry::Persist, 0);
     }
@@ -164,13 +163,7 @@ fn eviction_takes_the_least_recently_used_first() {
 
 #[test]
 fn a_scan_across_table_growth_lists_every_key_present_throughout_once() {
-    let s = Store::new(StoreConfig {
-        capacity_bytes: 64 * MIB,
-        max_value_bytes: MIB,
-        high_watermark: 1.0,
-        tombstone_ms: 0,
-    })
-    .unwrap();
+    let s = store();
     let steady: Vec<Bytes> = (0..500).map(key).collect();
     for k in &steady {
         put(&s, k, 1, Expiry::Persist, 0);
