@@ -2,7 +2,7 @@
 //! to evict when memory runs short.
 //!
 //! Values live in the DRAM [`Arena`]; the index (key → slot) lives on the
-//! heap beside it. A value is an `SlotRef`: the index holds one reference
+//! heap beside it. A value is a `SlotRef`: the index holds one reference
 //! and every reader (an inline GET being written to a socket, a lease handed
 //! to a remote reader) holds another. The slot's chunk returns to the
 //! allocator only when the last reference drops, so a value that is deleted,
