@@ -74,7 +74,7 @@ pub struct ClientConfig {
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
 /// extra round trip costs as much as moving a few hundred KiB: measured
-/// here, inline GETs are faster up to 256 KiB and even at 1 MiB
+/// here, inline GETs are faster up to 256 KiB and no slower at 1 MiB
 /// (docs/BENCHMARKS.md §2e).
 pub const DEFAULT_INLINE_GET_MAX: u64 = 256 * 1024;
 
