@@ -92,6 +92,13 @@ struct Buf {
     region: Region,
 }
 
+/// This test's own data plane, on loopback.
+async fn transport() -> Arc<TcpTransport> {
+    TcpTransport::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
 async fn buf(t: &TcpTransport, mem: Vec<u8>) -> Buf {
     let mut mem = mem;
     // SAFETY: `mem` is owned by the returned Buf next to the region and is
@@ -149,9 +156,7 @@ fn round_trips_of_many_sizes() {
     let node = Node::start(&[]);
     let rt = runtime();
     rt.block_on(async {
-        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let t = transport().await;
         let mut c = node.conn();
         for (i, size) in [1usize, 4096, 1 << 20, 64 << 20].into_iter().enumerate() {
             let src = buf(&t, pattern(i as u64, size)).await;
@@ -194,9 +199,7 @@ fn concurrent_clients_and_batches() {
         for client in 0..16u64 {
             let port = node.port;
             tasks.push(tokio::spawn(async move {
-                let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-                    .await
-                    .unwrap();
+                let t = transport().await;
                 let client_conn =
                     redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
                 let mut c = client_conn
@@ -238,9 +241,7 @@ fn concurrent_clients_and_batches() {
             t.await.unwrap();
         }
         // A 32-block MPUT is one round trip, answered per pair.
-        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let t = transport().await;
         let mut c = node.conn();
         let mut bufs = Vec::new();
         let mut cmd = redis::cmd("MPUT");
@@ -306,9 +307,7 @@ fn bad_descriptors_store_nothing() {
     let node = Node::start(&["--lease-ttl-ms", "200"]);
     let rt = runtime();
     rt.block_on(async {
-        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let t = transport().await;
         let mut c = node.conn();
         let src = buf(&t, pattern(7, 8192)).await;
         let good: Descriptor = Descriptor::parse(desc(&t, &src, 8192).as_bytes()).unwrap();
@@ -439,9 +438,7 @@ fn a_client_that_vanishes_mid_transfer_leaves_nothing() {
     let rt = runtime();
     let used_before = node.info("dram_used_bytes");
     rt.block_on(async {
-        let t: Arc<TcpTransport> = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let t: Arc<TcpTransport> = transport().await;
         let size = 256 << 20;
         let src = buf(&t, vec![9u8; size]).await;
         let d = desc(&t, &src, size as u64);
@@ -488,9 +485,7 @@ fn reads_outside_the_leased_value_or_without_its_token_are_refused() {
     let node = Node::start(&[]);
     let rt = runtime();
     rt.block_on(async {
-        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let t = transport().await;
         let mut c = node.conn();
         let size = 4096usize;
         // A value before ours, so ours does not start the arena.
@@ -562,9 +557,7 @@ fn get_inline_returns_small_values_in_the_reply_and_leases_the_rest() {
     let node = Node::start(&[]);
     let rt = runtime();
     rt.block_on(async {
-        let t = TcpTransport::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let t = transport().await;
         let mut c = node.conn();
         for (key, len) in [("small", 1000usize), ("big", 100_000)] {
             let _: () = redis::cmd("SET")
