@@ -50,7 +50,7 @@ fn encode(out: &mut Vec<u8>, key: &[u8], expire_at_ms: Option<u64>, created_ms: 
     out.extend_from_slice(&expire_at_ms.unwrap_or(NO_EXPIRY).to_le_bytes());
     out.extend_from_slice(&created_ms.to_le_bytes());
     out.extend_from_slice(key);
-    let crc = crc32c::crc32c(&out[start..]);
+    let crc = crate::checksum::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
@@ -66,7 +66,7 @@ pub fn decode(bytes: &[u8]) -> Vec<Entry> {
             break;
         }
         let crc = u32::from_le_bytes(bytes[end..end + 4].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&bytes[at..end]) != crc {
+        if crate::checksum::crc32c(&bytes[at..end]) != crc {
             break;
         }
         let expire = u64_at(at + 4);

@@ -13,6 +13,7 @@
 //! `server` is the only place where tiers and transports meet.
 
 mod below;
+pub mod checksum;
 pub mod dram;
 pub mod events;
 pub mod gpu;

@@ -521,7 +521,7 @@ impl<B: Backend> Spill<B> {
             }
             current
         };
-        let checksum = crc32c::crc32c(&blob);
+        let checksum = crate::checksum::crc32c(&blob);
         let len = blob.len() as u64;
         let result = self.tier.insert(key.clone(), blob, checksum).await;
         let mut st = self.state.lock();
@@ -814,7 +814,7 @@ impl Header {
         }
         let u64_at = |i: usize| u64::from_le_bytes(blob[i..i + 8].try_into().expect("8 bytes"));
         let checksum = u32::from_le_bytes(blob[4..8].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&blob[HEADER_BYTES as usize..]) != checksum {
+        if crate::checksum::crc32c(&blob[HEADER_BYTES as usize..]) != checksum {
             return None;
         }
         let expire = u64_at(16);
@@ -835,7 +835,7 @@ mod tests {
     fn header_round_trips_and_rejects_damage() {
         let value = b"some value bytes";
         let h = Header {
-            checksum: crc32c::crc32c(value),
+            checksum: crate::checksum::crc32c(value),
             version: 42 << 20 | 7,
             expire_at_ms: Some(123_456),
             created_ms: 99,

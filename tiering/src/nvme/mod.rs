@@ -242,7 +242,7 @@ impl<B: Backend> NvmeTier<B> {
         self.check_open()?;
         check_len("key", key.len(), MAX_KEY_BYTES as u64)?;
         check_len("value", value.len(), self.max_value_bytes)?;
-        if crc32c::crc32c(&value) != checksum {
+        if crate::checksum::crc32c(&value) != checksum {
             self.counters.corrupt.fetch_add(1, Relaxed);
             return Err(NvmeError::Corrupt);
         }
@@ -288,7 +288,7 @@ impl<B: Backend> NvmeTier<B> {
             }
             Err(e) => return Err(self.failed(e)),
         };
-        if crc32c::crc32c(&entry.bytes) != entry.checksum {
+        if crate::checksum::crc32c(&entry.bytes) != entry.checksum {
             tracing::warn!(
                 key_len = key.len(),
                 "nvme: checksum mismatch, entry removed"

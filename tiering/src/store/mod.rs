@@ -761,7 +761,7 @@ impl Store {
         version: Option<u64>,
         clean: bool,
     ) -> SlotRef {
-        let checksum = crc32c::crc32c(res.as_mut_slice());
+        let checksum = crate::checksum::crc32c(res.as_mut_slice());
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
         let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
