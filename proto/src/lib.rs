@@ -15,4 +15,4 @@ pub mod request;
 pub use desc::{Descriptor, TransportKind};
 pub use error::{CommandError, ErrorCode};
 pub use reply::{Reply, RespVersion};
-pub use request::{Discard, DiscardStep, Limits, ProtocolError, Scan};
+pub use request::{Discard, DiscardStep, Limits, PendingBulk, ProtocolError, Scan};

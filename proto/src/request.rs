@@ -203,6 +203,59 @@ fn scan_array(buf: &[u8], limits: &Limits) -> Scan {
     Scan::Frame { len: pos }
 }
 
+/// The bulk string an array request is still receiving, once that bulk's
+/// header has arrived: the connection may then read a large value straight
+/// to where it will be kept (a `SET`'s arena chunk) instead of buffering it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingBulk {
+    /// Elements in the array.
+    pub count: usize,
+    /// Payload ranges (in the buffer) of the complete elements before it.
+    pub before: Vec<std::ops::Range<usize>>,
+    /// Where its `$` header starts.
+    pub header_at: usize,
+    /// Where its payload starts.
+    pub payload_at: usize,
+    /// Its payload length.
+    pub len: usize,
+}
+
+/// For a buffer [`scan`] called `Incomplete`: the first element of the
+/// array at its start that has not fully arrived (payload or CRLF), if its
+/// header has and at most `max_before` complete elements precede it.
+/// `None` for anything else (an inline line, a header still arriving,
+/// malformed input: `scan` reports those). Limits were checked by `scan`.
+pub fn pending_bulk(buf: &[u8], max_before: usize) -> Option<PendingBulk> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    let (count, mut pos) = header(buf)?.ok()?;
+    let count = usize::try_from(count).ok().filter(|&c| c > 0)?;
+    let mut before = Vec::new();
+    while before.len() < count.min(max_before + 1) {
+        let rest = &buf[pos..];
+        if rest.first() != Some(&b'$') {
+            return None;
+        }
+        let (len, hlen) = header(rest)?.ok()?;
+        let len = usize::try_from(len).ok()?;
+        let payload_at = pos + hlen;
+        let end = payload_at.checked_add(len)?.checked_add(2)?;
+        if end > buf.len() {
+            return Some(PendingBulk {
+                count,
+                before,
+                header_at: pos,
+                payload_at,
+                len,
+            });
+        }
+        before.push(payload_at..payload_at + len);
+        pos = end;
+    }
+    None
+}
+
 fn scan_inline(buf: &[u8], limits: &Limits) -> Scan {
     let window = &buf[..buf.len().min(limits.max_inline_len)];
     match window.iter().position(|&b| b == b'\n') {
@@ -517,6 +570,36 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn pending_bulk_finds_the_value_still_arriving() {
+        let req = b"*5\r\n$3\r\nSET\r\n$2\r\nk1\r\n$10\r\n0123456789\r\n$2\r\nEX\r\n$1\r\n9\r\n";
+        let value_hdr = 21; // "*5\r\n$3\r\nSET\r\n$2\r\nk1\r\n"
+        assert_eq!(&req[value_hdr..value_hdr + 5], b"$10\r\n");
+        // Every prefix from the value's complete header up to its CRLF.
+        for cut in value_hdr + 5..value_hdr + 5 + 12 {
+            let p = pending_bulk(&req[..cut], 2).expect("pending");
+            assert_eq!(p.count, 5);
+            assert_eq!(p.before, vec![8..11, 17..19]);
+            assert_eq!(&req[p.before[0].clone()], b"SET");
+            assert_eq!(&req[p.before[1].clone()], b"k1");
+            assert_eq!(p.header_at, value_hdr);
+            assert_eq!(p.payload_at, value_hdr + 5);
+            assert_eq!(p.len, 10);
+        }
+        // The value's header not complete yet, the value complete, or more
+        // complete elements before than asked about: nothing to stream.
+        for cut in 0..value_hdr + 5 {
+            let p = pending_bulk(&req[..cut], 2);
+            assert!(p.is_none() || p.unwrap().before.len() < 2, "cut {cut}");
+        }
+        assert_eq!(pending_bulk(&req[..value_hdr + 5 + 12], 2), None);
+        assert_eq!(pending_bulk(&req[..value_hdr + 5], 1), None);
+        assert_eq!(pending_bulk(b"SET k v", 2), None);
+        assert_eq!(pending_bulk(b"*2\r\n:1\r\n", 2), None);
+        assert_eq!(pending_bulk(b"*0\r\n", 2), None);
+        assert_eq!(pending_bulk(b"*1\r\n$-1\r\n", 2), None);
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! pinned for the duration of the write; they are never copied into the
 //! reply buffer.
 //!
+//! A large `SET` value still arriving is read from the socket straight into
+//! the arena chunk it will live in (one copy instead of two, and no request
+//! buffer the size of the value); see [`Conn::stream_set`].
+//!
 //! A refused request (`-TOOLARGE`) is discarded as it streams in, without
 //! being buffered, and the connection stays usable. Malformed RESP gets
 //! Redis' `-ERR Protocol error` and closes this connection only.
@@ -18,9 +22,9 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame;
-use strata_proto::request::{scan, split_inline};
+use strata_proto::request::{pending_bulk, scan, split_inline};
 use strata_proto::{CommandError, Discard, DiscardStep, ErrorCode, Reply, RespVersion, Scan};
-use strata_tiering::Value;
+use strata_tiering::{Reservation, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -48,6 +52,10 @@ const FREE_REQUEST_BYTES: usize = 1024 * 1024;
 /// How long a large request waits for room in the node-wide budget before
 /// it is refused with `-BUSY` (and skipped as it streams in).
 const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// A `SET` value at least this large that has not fully arrived is read
+/// straight into its arena chunk. Smaller ones mostly arrive in one read,
+/// where buffering costs nothing extra.
+const STREAM_VALUE_BYTES: usize = 64 * 1024;
 
 /// Per-connection state that commands may read or change.
 #[derive(Debug)]
@@ -69,6 +77,10 @@ pub struct Session {
     pub cma_peer: Option<(u32, u64)>,
     /// Channels and patterns this connection receives messages on.
     pub sub: Option<Subscriber>,
+    /// The value of the `SET` about to run, already read into its arena
+    /// chunk (its argument in the request is empty). Cleared after that
+    /// request, whatever it did: an unused chunk goes back to the arena.
+    pub streamed: Option<Reservation>,
 }
 
 impl Session {
@@ -130,6 +142,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         cma_nonce: None,
         cma_peer: None,
         sub: None,
+        streamed: None,
     };
     let mut conn = Conn {
         node,
@@ -190,6 +203,7 @@ impl Conn<'_> {
                             };
                         }
                         drop(args);
+                        self.session.streamed = None;
                         if self.rbuf.len() <= FREE_REQUEST_BYTES {
                             self.budget = None;
                         }
@@ -206,6 +220,12 @@ impl Conn<'_> {
             self.flush().await?;
             if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {
                 self.rbuf = BytesMut::with_capacity(READ_BUF_BYTES);
+            }
+            if self.discard.is_none() && need > self.rbuf.len() + STREAM_VALUE_BYTES {
+                if let Some(res) = self.stream_set().await? {
+                    self.session.streamed = Some(res);
+                    continue;
+                }
             }
             if self.discard.is_none() && !self.reserve_budget(need).await {
                 continue;
@@ -244,6 +264,67 @@ impl Conn<'_> {
                 .net_input_bytes_total
                 .fetch_add(n as u64, Relaxed);
         }
+    }
+
+    /// When the request arriving is `SET key value ...` and most of a large
+    /// value is still to come: reserves the value's arena chunk, moves what
+    /// has arrived into it, reads the rest from the socket straight into it,
+    /// and leaves in the read buffer the same request with an empty value
+    /// (`$0`), whose CRLF and options are still to arrive, for the usual
+    /// path to frame and run. SET then takes the chunk (`Session::streamed`)
+    /// instead of copying its argument.
+    ///
+    /// `None` (buffer as usual) when that would change what the client
+    /// sees: not authenticated, subscribed, a key this node does not own,
+    /// a spill queue to wait for, or no room. Those are answered by the
+    /// command itself, exactly as before. A client that goes away mid-value
+    /// drops the reservation: nothing is stored, the old value stays.
+    async fn stream_set(&mut self) -> std::io::Result<Option<Reservation>> {
+        if !self.session.authed || self.session.sub.is_some() {
+            return Ok(None);
+        }
+        let Some(p) = pending_bulk(&self.rbuf, 2) else {
+            return Ok(None);
+        };
+        let have = self.rbuf.len() - p.payload_at;
+        if p.before.len() != 2
+            || p.len < STREAM_VALUE_BYTES
+            || have >= p.len
+            || !self.rbuf[p.before[0].clone()].eq_ignore_ascii_case(b"SET")
+        {
+            return Ok(None);
+        }
+        let node = self.node;
+        let key = &self.rbuf[p.before[1].clone()];
+        if !node.cluster.standalone() && node.cluster.route(std::iter::once(key)).is_err() {
+            return Ok(None);
+        }
+        if node.spill.as_ref().is_some_and(|s| s.congested()) {
+            return Ok(None);
+        }
+        let Ok(mut res) = node.store.reserve(p.len as u64) else {
+            return Ok(None);
+        };
+        let mut head = BytesMut::with_capacity(p.header_at + 4);
+        head.extend_from_slice(&self.rbuf[..p.header_at]);
+        head.extend_from_slice(b"$0\r\n");
+        let dst = res.as_mut_slice();
+        dst[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
+        self.rbuf.clear();
+        let mut filled = have;
+        while filled < dst.len() {
+            let n = self.sock.read(&mut dst[filled..]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            filled += n;
+            node.metrics
+                .counters
+                .net_input_bytes_total
+                .fetch_add(n as u64, Relaxed);
+        }
+        self.rbuf.extend_from_slice(&head);
+        Ok(Some(res))
     }
 
     /// Before buffering up to `need` bytes of one request: the part beyond

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use redis::Connection;
-use strata_tests::{encode, wait_until, within, RawConn, Server};
+use strata_tests::{bulk_body, encode, wait_until, within, RawConn, Server};
 
 const MIB: usize = 1 << 20;
 
@@ -292,7 +292,9 @@ fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
     ]);
     let bystander = Bystander::join(&server);
     let value = vec![b'v'; 6 * MIB];
-    let first = encode(&[b"SET", b"slow", &value]);
+    // MSET: a large plain SET is read straight into the arena instead of
+    // buffered (see the next test).
+    let first = encode(&[b"MSET", b"slow", &value]);
     // A slow writer sends 3 MiB of a 6 MiB value and stalls: it holds
     // ~5 MiB of the budget for its value.
     let mut slow = server.conn();
@@ -303,7 +305,7 @@ fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
     // the rest of it is skipped, and the connection stays usable.
     let mut other = server.conn();
     other.set_read_timeout(std::time::Duration::from_secs(30));
-    let mut second = encode(&[b"SET", b"refused", &value]);
+    let mut second = encode(&[b"MSET", b"refused", &value]);
     second.extend(encode(&[b"PING"]));
     second.extend(encode(&[b"EXISTS", b"refused"]));
     other.send(&second);
@@ -319,4 +321,78 @@ fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
     assert_eq!(slow.read_reply(), b"+OK\r\n");
     assert_eq!(other.request(&[b"SET", b"after", &value]), b"+OK\r\n");
     assert_eq!(server.metric("strata_request_buffer_bytes"), 0.0);
+}
+
+#[test]
+fn a_large_set_arriving_slowly_goes_straight_to_the_arena() {
+    let mut server = Server::start(&[
+        "--max-request-size",
+        "8MiB",
+        "--max-value-size",
+        "8MiB",
+        "--max-buffered-requests-size",
+        "8MiB",
+    ]);
+    let bystander = Bystander::join(&server);
+    let value: Vec<u8> = (0..6 * MIB).map(|i| (i * 7 + i / 4096) as u8).collect();
+    // Options after the value, and a request pipelined behind it.
+    let mut req = encode(&[b"SET", b"big", &value, b"PX", b"600000"]);
+    req.extend(encode(&[b"PTTL", b"big"]));
+    let mut slow = server.conn();
+    slow.send(&req[..3 * MIB]);
+    std::thread::sleep(Duration::from_millis(300));
+    // Half a value in, nothing of it buffered against the budget, nothing
+    // visible yet.
+    assert_eq!(server.metric("strata_request_buffer_bytes"), 0.0);
+    assert_eq!(server.conn().request(&[b"EXISTS", b"big"]), b":0\r\n");
+    slow.send(&req[3 * MIB..]);
+    assert_eq!(slow.read_reply(), b"+OK\r\n");
+    let pttl = String::from_utf8_lossy(&slow.read_reply()).into_owned();
+    let ms: u64 = pttl.trim_start_matches(':').trim().parse().unwrap();
+    assert!((590_000..=600_000).contains(&ms), "{pttl:?}");
+    let got = slow.request(&[b"GET", b"big"]);
+    assert!(bulk_body(&got) == &value[..], "value read back differs");
+    let used = server.info_field("used_memory");
+    assert!(used >= (6 * MIB) as u64, "used_memory {used}");
+
+    // Conditions and bad options are still the command's: NX on a present
+    // key and a syntax error store nothing, the old value stays.
+    let other: Vec<u8> = vec![b'o'; 2 * MIB];
+    for (opts, want) in [
+        (&[&b"NX"[..]][..], &b"$-1\r\n"[..]),
+        (&[&b"BOGUS"[..]][..], &b"-ERR syntax error\r\n"[..]),
+        (
+            &[&b"XX"[..], &b"PX"[..], &b"0"[..]][..],
+            &b"-ERR invalid expire time in 'set' command\r\n"[..],
+        ),
+    ] {
+        let mut args: Vec<&[u8]> = vec![b"SET", b"big", &other];
+        args.extend_from_slice(opts);
+        let req = encode(&args);
+        slow.send(&req[..MIB]);
+        std::thread::sleep(Duration::from_millis(50));
+        slow.send(&req[MIB..]);
+        assert_eq!(slow.read_reply(), want, "{opts:?}");
+    }
+    assert!(bulk_body(&slow.request(&[b"GET", b"big"])) == &value[..]);
+    // XX on a missing key stores nothing either.
+    let req = encode(&[b"SET", b"absent", &other, b"XX"]);
+    slow.send(&req[..MIB]);
+    std::thread::sleep(Duration::from_millis(50));
+    slow.send(&req[MIB..]);
+    assert_eq!(slow.read_reply(), b"$-1\r\n");
+    assert_eq!(slow.request(&[b"EXISTS", b"absent"]), b":0\r\n");
+    // A writer that goes away mid-value stores nothing.
+    {
+        let mut cut = server.conn();
+        cut.send(&encode(&[b"SET", b"big", &other])[..MIB]);
+    }
+    let closed = wait_until(within(Duration::from_secs(10)), || {
+        server.metric("strata_connected_clients") == 2.0
+    });
+    assert!(closed, "server still counts the dropped connection");
+    assert!(bulk_body(&slow.request(&[b"GET", b"big"])) == &value[..]);
+    // Every chunk reserved for a write that did not apply went back.
+    assert_eq!(server.info_field("used_memory"), used, "used_memory");
+    bystander.assert_unaffected(&mut server);
 }

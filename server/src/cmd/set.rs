@@ -1,8 +1,9 @@
 //! `SET key value [NX|XX] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL] [REPLICAS n]`.
 //!
 //! The value is copied once, from the request buffer into a reserved arena
-//! chunk, outside every lock; the write becomes visible atomically at
-//! commit. NX/XX that cannot apply reply nil, as in Redis. `GET` (return
+//! chunk, outside every lock (a large one is read from the socket straight
+//! into its chunk by the connection instead: `Session::streamed`); the
+//! write becomes visible atomically at commit. NX/XX that cannot apply reply nil, as in Redis. `GET` (return
 //! the old value) is not supported.
 
 use bytes::Bytes;
@@ -33,11 +34,18 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if (cond == Condition::IfAbsent && exists()) || (cond == Condition::IfPresent && !exists()) {
         return Reply::Nil.into();
     }
-    let mut res = match store.reserve(value.len() as u64) {
-        Ok(r) => r,
-        Err(e) => return store_error(e).into(),
+    let res = match ctx.session.streamed.take() {
+        // The connection read the value straight into its chunk.
+        Some(res) if value.is_empty() => res,
+        _ => {
+            let mut res = match store.reserve(value.len() as u64) {
+                Ok(r) => r,
+                Err(e) => return store_error(e).into(),
+            };
+            res.as_mut_slice().copy_from_slice(value);
+            res
+        }
     };
-    res.as_mut_slice().copy_from_slice(value);
     let key = own_key(key);
     if store.commit(key.clone(), res, cond, expiry, ctx.now_ms) {
         ctx.notify(Event::Set, &key);
