@@ -40,8 +40,15 @@ const FLUSH_BYTES: usize = 256 * 1024;
 const COPY_VALUE_BYTES: usize = 1024;
 /// iovecs per vectored write stay under the kernel's IOV_MAX (1024).
 const MAX_SEGMENTS: usize = 512;
-/// Initial read buffer; grows to the size of the largest request in flight.
+/// Initial read and reply buffers; the read buffer grows to the size of
+/// the largest request in flight.
 const READ_BUF_BYTES: usize = 16 * 1024;
+/// Room offered to each read, doubling from [`READ_BUF_BYTES`] while reads
+/// keep filling it, up to this, and halving again when they come back
+/// small: a client that pipelines gets its whole batch in one or two
+/// reads (16 SETs of 4 KiB: 2.5 per read at 16 KiB, 405k SET/s against
+/// 273k on one core), an idle one keeps a small buffer.
+const READ_ROOM_MAX: usize = 256 * 1024;
 /// A read buffer grown for a huge request is given back once it is idle
 /// and larger than this.
 const READ_BUF_KEEP_BYTES: usize = 1024 * 1024;
@@ -125,6 +132,8 @@ struct Conn<'a> {
     /// Bytes of pub/sub messages in the output not yet written (they count
     /// against the subscriber's limit until they are).
     mail_unwritten: usize,
+    /// Room the next read is offered (see [`READ_ROOM_MAX`]).
+    read_room: usize,
     session: Session,
 }
 
@@ -154,6 +163,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         discard: None,
         budget: None,
         mail_unwritten: 0,
+        read_room: READ_BUF_BYTES,
         session,
     };
     let result = conn.run().await;
@@ -233,6 +243,8 @@ impl Conn<'_> {
             if need > self.rbuf.len() {
                 self.rbuf.reserve(need - self.rbuf.len());
             }
+            self.rbuf.reserve(self.read_room);
+            let offered = self.rbuf.capacity() - self.rbuf.len();
             let n = match self.session.mailbox() {
                 None => self.sock.read_buf(&mut self.rbuf).await?,
                 Some(mb) => {
@@ -257,6 +269,11 @@ impl Conn<'_> {
             };
             if n == 0 {
                 return Ok(());
+            }
+            if n == offered {
+                self.read_room = (self.read_room * 2).min(READ_ROOM_MAX);
+            } else if n < self.read_room / 4 {
+                self.read_room = (self.read_room / 2).max(READ_BUF_BYTES);
             }
             self.node
                 .metrics
