@@ -279,17 +279,22 @@ fn inline_commands() {
     bystander.assert_unaffected(&mut server);
 }
 
-#[test]
-fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
-    // 8 MiB of budget beyond each connection's first MiB.
-    let mut server = Server::start(&[
+/// A node with 8 MiB values and 8 MiB of request-buffer budget beyond each
+/// connection's first MiB.
+fn budgeted_server() -> Server {
+    Server::start(&[
         "--max-request-size",
         "8MiB",
         "--max-value-size",
         "8MiB",
         "--max-buffered-requests-size",
         "8MiB",
-    ]);
+    ])
+}
+
+#[test]
+fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
+    let mut server = budgeted_server();
     let bystander = Bystander::join(&server);
     let value = vec![b'v'; 6 * MIB];
     // MSET: a large plain SET is read straight into the arena instead of
@@ -325,14 +330,7 @@ fn large_requests_beyond_the_node_wide_buffer_budget_get_busy() {
 
 #[test]
 fn a_large_set_arriving_slowly_goes_straight_to_the_arena() {
-    let mut server = Server::start(&[
-        "--max-request-size",
-        "8MiB",
-        "--max-value-size",
-        "8MiB",
-        "--max-buffered-requests-size",
-        "8MiB",
-    ]);
+    let mut server = budgeted_server();
     let bystander = Bystander::join(&server);
     let value: Vec<u8> = (0..6 * MIB).map(|i| (i * 7 + i / 4096) as u8).collect();
     // Options after the value, and a request pipelined behind it.
