@@ -181,6 +181,11 @@ struct Args {
     /// (the client's `inline_get_max`; 0: every value by the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_GET_MAX as usize)]
     inline_get_max: usize,
+    /// Zero-copy PUTs over TCP of values up to this size send the payload
+    /// with the command (the client's `inline_put_max`; 0: every value
+    /// pulled by the node over the data plane).
+    #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_PUT_MAX as usize)]
+    inline_put_max: usize,
 }
 
 /// Everything a phase needs, shared by its tasks.
@@ -372,6 +377,7 @@ fn new_plan(
     client.data_advertise = args.data_advertise.clone();
     client.cma = args.cma;
     client.inline_get_max = args.inline_get_max as u64;
+    client.inline_put_max = args.inline_put_max as u64;
     Plan {
         client,
         api,

@@ -14,7 +14,7 @@ use strata_rdma::{DataPlane, Descriptor, Protocol, ReadOp, Region, Transport, Tr
 use strata_ring::key_slot;
 
 use crate::cma::Link;
-use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected};
+use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected, Reply, Sink};
 use crate::node::{backoff, Idempotent, Node};
 use crate::router::{Access, Router};
 use crate::{Buffer, Error, Result};
@@ -63,20 +63,41 @@ pub struct ClientConfig {
     /// pid namespace). `false` keeps every node on `protocol`.
     pub cma: bool,
     /// Zero-copy reads (`get_into`, `get_many`) of values up to this many
-    /// bytes come back in the GET reply itself (`GET key desc INLINE n`)
-    /// and are copied into the buffer: one round trip and no lease, where a
-    /// data-plane read would add a round trip that costs more than the
-    /// bytes. Over cross-memory attach or RDMA, whose reads are one copy
-    /// with no round trip through the node's CPU, at most
-    /// [`ONE_SIDED_INLINE_GET_MAX`]. 0: every value by the data plane.
+    /// bytes come back in the GET reply itself (`GET key desc INLINE n`),
+    /// read from the socket straight into the buffer: one round trip and
+    /// no lease, where a data-plane read would add a round trip. Batches
+    /// ask at most [`BATCH_INLINE_GET_MAX`] (their larger values go faster
+    /// spread over several data-plane connections than one after another
+    /// on the command connection); over cross-memory attach or RDMA, whose
+    /// reads are one copy with no round trip through the node's CPU, at
+    /// most [`ONE_SIDED_INLINE_GET_MAX`]. 0: every value by the data plane.
     pub inline_get_max: u64,
+    /// Zero-copy writes (`put_from`) of values up to this many bytes over
+    /// TCP send the payload with the command (`SET key value`, written
+    /// straight from the buffer, which the node streams into its arena):
+    /// one round trip, where the node's pull from this client's data plane
+    /// would add one. Never over cross-memory attach or RDMA, and not for
+    /// batches (`put_many`: one `MPUT` whose payloads the node pulls in
+    /// one round trip per connection). 0: every value by the data plane.
+    pub inline_put_max: u64,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
 /// extra round trip costs as much as moving a few hundred KiB: measured
-/// here, inline GETs are faster up to 256 KiB and no slower at 1 MiB
-/// (docs/BENCHMARKS.md §2e).
-pub const DEFAULT_INLINE_GET_MAX: u64 = 256 * 1024;
+/// here, inline GETs are faster up to 1 MiB, and the data plane's reads
+/// split over several connections from 2 MiB (docs/BENCHMARKS.md §2e).
+pub const DEFAULT_INLINE_GET_MAX: u64 = 1 << 20;
+
+/// The most a GET of a batch returns inline: 8 values of 1 MiB read over
+/// several data-plane connections at once moved 1.2x faster than inline
+/// one after another (docs/BENCHMARKS.md §2e).
+pub const BATCH_INLINE_GET_MAX: u64 = 256 * 1024;
+
+/// See [`ClientConfig::inline_put_max`]: measured here, a `SET` moved
+/// 1.3-2x faster than a pulled `PUT` from 16 KiB to 1 MiB, about the same
+/// at 4 MiB (docs/BENCHMARKS.md §2e). Larger payloads would hold the command
+/// connection, which this client's tasks share, for longer.
+pub const DEFAULT_INLINE_PUT_MAX: u64 = 1 << 20;
 
 /// The most a GET returns inline where the read would go by cross-memory
 /// attach or RDMA: a cross-memory read of 128 KiB already matches an
@@ -102,6 +123,7 @@ impl ClientConfig {
             protocol: Protocol::Tcp,
             cma: true,
             inline_get_max: DEFAULT_INLINE_GET_MAX,
+            inline_put_max: DEFAULT_INLINE_PUT_MAX,
         }
     }
 }
@@ -244,12 +266,20 @@ impl Client {
         range: Range<usize>,
         nx: bool,
     ) -> Result<bool> {
-        let d = self.descs(region, range)?;
+        let d = self.descs(region, range.clone())?;
+        let inline = self.inline_put(region, range);
         let idem = if nx { Idempotent::No } else { Idempotent::Yes };
         let retries = self.cfg.retry_attempts;
         let d = &d;
         self.router
             .routed(key_slot(key), Access::Write, idem, |node| async move {
+                if let (Some(value), false) = (inline, node.cma_put()) {
+                    let mut args: Vec<&[u8]> = vec![b"SET", key, value];
+                    if nx {
+                        args.push(b"NX");
+                    }
+                    return expect_ok(node.call(&args, idem, retries).await?);
+                }
                 let put = |desc: &str| {
                     let mut args: Vec<&[u8]> = vec![b"PUT", key, desc.as_bytes()];
                     if nx {
@@ -326,17 +356,23 @@ impl Client {
         let retries = self.cfg.retry_attempts;
         let sent = std::time::Instant::now();
         let first = dst.pick(link.is_some()).as_bytes();
-        let inline = self.inline_option(link.is_some());
+        let inline = self.inline_option(link.is_some(), false);
         let get = |desc| get_args(key, desc, &inline);
-        let reply = match node.call(&get(first), Idempotent::Yes, retries).await {
+        let sink = inline.as_ref().map(|_| sink(region, offset, capacity));
+        let reply = match node
+            .call_placed(&get(first), sink, Idempotent::Yes, retries)
+            .await
+        {
             // The connection was replaced by one without CMA meanwhile.
             Err(Error::Server { code, .. }) if code == "NOCMA" => {
                 let net = dst.net.as_bytes();
-                node.call(&get(net), Idempotent::Yes, retries).await
+                node.call_placed(&get(net), sink, Idempotent::Yes, retries)
+                    .await
             }
             other => other,
         }?;
         let lease = match Got::parse(reply)? {
+            Got::Placed(len) => return Ok(len),
             Got::Inline(bytes) => return copy_inline(&bytes, region, offset, capacity),
             Got::Lease(lease) => lease,
         };
@@ -492,7 +528,7 @@ impl Client {
     ) -> Result<Vec<Result<usize>>> {
         let link = node.cma_link();
         let started = std::time::Instant::now();
-        let inline = self.inline_option(link.is_some());
+        let inline = self.inline_option(link.is_some(), true);
         let commands: Vec<Vec<&[u8]>> = idx
             .iter()
             .map(|&j| {
@@ -505,11 +541,24 @@ impl Client {
             })
             .collect();
         let commands: Vec<&[&[u8]]> = commands.iter().map(Vec::as_slice).collect();
-        let replies = node.exchange(&commands, Idempotent::Yes).await?;
+        let sinks: Vec<Option<Sink>> = idx
+            .iter()
+            .map(|&j| {
+                let (i, capacity, _) = &sent[j];
+                let (_, buf, offset) = &chunk[*i];
+                inline
+                    .as_ref()
+                    .map(|_| sink(buf.region(), *offset, *capacity))
+            })
+            .collect();
+        let replies = node
+            .exchange_placed(&commands, &sinks, Idempotent::Yes)
+            .await?;
         let mut out: Vec<Result<usize>> = idx.iter().map(|_| Ok(0)).collect();
         let mut leases = Vec::with_capacity(idx.len());
         for (k, reply) in replies.into_iter().enumerate() {
             match reply.and_then(Got::parse) {
+                Ok(Got::Placed(len)) => out[k] = Ok(len),
                 Ok(Got::Lease(lease)) => leases.push((k, lease)),
                 Ok(Got::Inline(bytes)) => {
                     let (i, capacity, _) = &sent[idx[k]];
@@ -875,13 +924,32 @@ impl Client {
 
     /// Copies a `cma` source (already checked to fit) out of the node.
     /// The `INLINE` argument of zero-copy GETs to a node, if any: `cma`
-    /// when its reads go by cross-memory attach.
-    fn inline_option(&self, cma: bool) -> Option<String> {
+    /// when its reads go by cross-memory attach, `batch` for `get_many`.
+    fn inline_option(&self, cma: bool, batch: bool) -> Option<String> {
         let mut max = self.cfg.inline_get_max;
         if cma || self.transport.kind() == TransportKind::Rdma {
             max = max.min(ONE_SIDED_INLINE_GET_MAX);
         }
+        if batch {
+            max = max.min(BATCH_INLINE_GET_MAX);
+        }
         (max > 0).then(|| max.to_string())
+    }
+
+    /// The bytes of a PUT of `region[range]` that goes inline over TCP
+    /// (see [`ClientConfig::inline_put_max`]); `None` when it goes by a
+    /// one-sided read. `range` lies in `region` (`descs` checked it).
+    fn inline_put<'a>(&self, region: &'a Region, range: Range<usize>) -> Option<&'a [u8]> {
+        if self.transport.kind() != TransportKind::Tcp
+            || range.len() as u64 > self.cfg.inline_put_max
+        {
+            return None;
+        }
+        let start = (region.addr() + range.start as u64) as *const u8;
+        // SAFETY: `range` lies inside `region` (checked by `descs`), memory
+        // registered for transfers and valid for reads while `region` is
+        // borrowed; the caller lent it to this put, as for the node's pull.
+        Some(unsafe { std::slice::from_raw_parts(start, range.len()) })
     }
 
     fn cma_pull(
@@ -953,17 +1021,32 @@ struct Lease {
 enum Got {
     /// A lease on the value, to read through the data plane.
     Lease(Lease),
-    /// The value itself (`INLINE`: it was small).
+    /// The value itself (`INLINE`: it was small), already in the
+    /// destination: its length.
+    Placed(usize),
+    /// The value itself, in a reply buffer (it did not fit the destination,
+    /// which `copy_inline` reports).
     Inline(Bytes),
 }
 
 impl Got {
-    fn parse(reply: BytesFrame) -> Result<Self> {
+    fn parse(reply: Reply) -> Result<Self> {
         match reply {
-            BytesFrame::BulkString(b) => Ok(Got::Inline(b)),
-            other => Lease::parse(other).map(Got::Lease),
+            Reply::Placed(len) => Ok(Got::Placed(len)),
+            Reply::Frame(BytesFrame::BulkString(b)) => Ok(Got::Inline(b)),
+            Reply::Frame(other) => Lease::parse(other).map(Got::Lease),
         }
     }
+}
+
+/// Where a GET into `region` at `offset` (`capacity` bytes from there to
+/// the region's end) may have its inline reply written by the connection.
+fn sink(region: &Region, offset: usize, capacity: usize) -> Sink {
+    debug_assert!(offset as u64 + capacity as u64 <= region.len());
+    // SAFETY: the range is the region's tail from `offset` (`region_tail`
+    // computed `capacity`), memory the caller lent this get exclusively
+    // (`&mut Buffer`) until it returns, which outlasts the exchange.
+    unsafe { Sink::new((region.addr() + offset as u64) as *mut u8, capacity) }
 }
 
 /// `GET key desc`, with `INLINE n` when `inline` is set.

@@ -5,10 +5,15 @@
 //! dropped after sending leaves its replies behind, and the next caller
 //! skips them before reading its own. A write cut half-way leaves the
 //! stream unusable, which `poisoned` records.
+//!
+//! A bulk reply may be *placed*: read from the socket straight into memory
+//! the caller lent to the request (a zero-copy GET's destination, when the
+//! value comes back inline), not through the read buffer.
 
+use std::io::IoSliceMut;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::types::BytesFrame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,11 +28,73 @@ const DIRECT_ARG_BYTES: usize = 64 * 1024;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// A read buffer grown by a huge reply is dropped when idle and above this.
 const READ_BUF_KEEP_BYTES: usize = 1 << 20;
+/// While a placed reply is awaited, reads into the read buffer take at
+/// most this much, so that most of a large value lands in its destination
+/// directly; and a placed payload is read together with up to this many
+/// following bytes (the next reply's header) in one `readv`.
+const PLACED_HEAD_BYTES: usize = 16 * 1024;
+/// Longest `$<len>\r\n` header of a bulk reply: 20 digits and the framing.
+const BULK_HEADER_MAX: usize = 23;
+
+/// Memory a bulk reply may be written into straight from the socket: the
+/// destination a caller lent to one request, outside every buffer of the
+/// connection.
+#[derive(Clone, Copy)]
+pub(crate) struct Sink {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: a `Sink` is an address and a length; `Sink::new`'s contract makes
+// the memory the request's alone, whichever thread writes it.
+unsafe impl Send for Sink {}
+// SAFETY: as for `Send`: sharing the address gives no access by itself.
+unsafe impl Sync for Sink {}
+
+impl Sink {
+    /// # Safety
+    /// `[ptr, ptr + cap)` must be valid for writes, and nothing else may
+    /// read or write it, until the exchange given this sink returns or is
+    /// dropped.
+    pub(crate) unsafe fn new(ptr: *mut u8, cap: usize) -> Self {
+        Self { ptr, cap }
+    }
+}
+
+/// A reply, or the length of a bulk reply written into the request's sink.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Frame(BytesFrame),
+    Placed(usize),
+}
+
+impl Reply {
+    /// The frame of an exchange that had no sink, so placed nothing.
+    pub(crate) fn frame(self) -> BytesFrame {
+        match self {
+            Reply::Frame(frame) => frame,
+            Reply::Placed(_) => unreachable!("no sink, nothing placed"),
+        }
+    }
+}
+
+/// How the read buffer starts, for a placed reply.
+enum Head {
+    /// A bulk string of `len` bytes whose payload starts at `at`.
+    Bulk { len: usize, at: usize },
+    /// Not enough bytes yet to tell.
+    Incomplete,
+    /// Anything else (an array, an error, nil, a malformed header): decoded
+    /// as usual.
+    Other,
+}
 
 pub(crate) struct Conn {
     stream: TcpStream,
     rbuf: BytesMut,
     wbuf: BytesMut,
+    /// Bytes read past a placed payload, before they join `rbuf`.
+    spill: Box<[u8]>,
     /// Replies sent for but not yet read.
     owed: usize,
     /// A write was interrupted: the stream holds a partial request.
@@ -45,6 +112,7 @@ impl Conn {
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
             wbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            spill: vec![0; PLACED_HEAD_BYTES].into_boxed_slice(),
             owed: 0,
             poisoned: false,
             timeout,
@@ -109,17 +177,104 @@ impl Conn {
 
     /// Reads the next reply; error replies come back as `Err`.
     pub(crate) async fn recv(&mut self) -> Result<BytesFrame> {
-        let frame = tokio::time::timeout(self.timeout, self.read_frame())
+        self.recv_into(None).await.map(Reply::frame)
+    }
+
+    /// Reads the next reply; a bulk string that fits `sink` is written
+    /// there (`Reply::Placed`), anything else comes back as a frame. Error
+    /// replies come back as `Err`.
+    pub(crate) async fn recv_into(&mut self, sink: Option<Sink>) -> Result<Reply> {
+        let limit = self.timeout;
+        let read = async {
+            match sink {
+                Some(sink) => self.read_placed(sink).await,
+                None => self.read_frame().await.map(Reply::Frame),
+            }
+        };
+        let reply = tokio::time::timeout(limit, read)
             .await
             .map_err(|_| timed_out("reply"))??;
         self.owed = self.owed.saturating_sub(1);
         if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {
             self.rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
         }
-        match frame {
-            BytesFrame::Error(text) => Err(Error::from_reply(&text)),
+        match reply {
+            Reply::Frame(BytesFrame::Error(text)) => Err(Error::from_reply(&text)),
             other => Ok(other),
         }
+    }
+
+    async fn read_placed(&mut self, sink: Sink) -> Result<Reply> {
+        loop {
+            match bulk_head(&self.rbuf) {
+                Head::Bulk { len, at } if len <= sink.cap => {
+                    self.place(sink, len, at).await?;
+                    return Ok(Reply::Placed(len));
+                }
+                Head::Incomplete => self.read_some(PLACED_HEAD_BYTES).await?,
+                Head::Bulk { .. } | Head::Other => {
+                    return self.read_frame().await.map(Reply::Frame)
+                }
+            }
+        }
+    }
+
+    /// Writes the payload of the bulk reply at the front of `rbuf` (`len`
+    /// bytes from `at`) into `sink`: what is buffered already by a copy,
+    /// the rest by reads from the socket into `sink` itself.
+    async fn place(&mut self, sink: Sink, len: usize, at: usize) -> Result<()> {
+        // SAFETY: `len <= sink.cap`, and by `Sink::new`'s contract the
+        // memory is valid for writes and ours until this exchange ends.
+        let dst = unsafe { std::slice::from_raw_parts_mut(sink.ptr, len) };
+        let buffered = (self.rbuf.len() - at).min(len);
+        dst[..buffered].copy_from_slice(&self.rbuf[at..at + buffered]);
+        self.rbuf.advance(at + buffered);
+        let mut filled = buffered;
+        if filled < len {
+            // Cut off here, the stream would be left mid-payload.
+            self.poisoned = true;
+            while filled < len {
+                filled += self.read_payload(&mut dst[filled..]).await?;
+            }
+            self.poisoned = false;
+        }
+        while self.rbuf.len() < 2 {
+            self.read_some(PLACED_HEAD_BYTES).await?;
+        }
+        if &self.rbuf[..2] != b"\r\n" {
+            return Err(Error::Protocol("bulk reply not ended by CRLF".into()));
+        }
+        self.rbuf.advance(2);
+        Ok(())
+    }
+
+    /// One `readv` into `dst` and, past it, the spill buffer (whose bytes
+    /// join `rbuf`); returns how many bytes went into `dst`.
+    async fn read_payload(&mut self, dst: &mut [u8]) -> Result<usize> {
+        loop {
+            self.stream.readable().await?;
+            let mut bufs = [IoSliceMut::new(dst), IoSliceMut::new(&mut self.spill)];
+            match self.stream.try_read_vectored(&mut bufs) {
+                Ok(0) => return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => {
+                    let placed = n.min(dst.len());
+                    self.rbuf.extend_from_slice(&self.spill[..n - placed]);
+                    return Ok(placed);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Appends at most `max` bytes from the socket to `rbuf`.
+    async fn read_some(&mut self, max: usize) -> Result<()> {
+        self.rbuf.reserve(max);
+        let mut limited = (&mut self.stream).take(max as u64);
+        if limited.read_buf(&mut self.rbuf).await? == 0 {
+            return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        Ok(())
     }
 
     async fn read_frame(&mut self) -> Result<BytesFrame> {
@@ -150,6 +305,39 @@ fn wanted_bytes(buf: &[u8]) -> usize {
     match frame_len {
         Some(total) => total.saturating_sub(buf.len()).max(READ_CHUNK_BYTES),
         None => READ_CHUNK_BYTES,
+    }
+}
+
+/// Whether `buf` starts with a bulk string's header, and where its payload
+/// starts. Only well-formed headers of non-negative length count: nil and
+/// anything odd go to the decoder, which reports them as usual.
+fn bulk_head(buf: &[u8]) -> Head {
+    let Some(rest) = buf.strip_prefix(b"$") else {
+        return if buf.is_empty() {
+            Head::Incomplete
+        } else {
+            Head::Other
+        };
+    };
+    let Some(cr) = rest.iter().position(|&b| b == b'\r') else {
+        return if buf.len() < BULK_HEADER_MAX {
+            Head::Incomplete
+        } else {
+            Head::Other
+        };
+    };
+    let digits = &rest[..cr];
+    let len = match std::str::from_utf8(digits)
+        .ok()
+        .and_then(|d| d.parse::<usize>().ok())
+    {
+        Some(len) if digits.iter().all(u8::is_ascii_digit) => len,
+        _ => return Head::Other,
+    };
+    match rest.get(cr + 1) {
+        None => Head::Incomplete,
+        Some(b'\n') => Head::Bulk { len, at: cr + 3 },
+        Some(_) => Head::Other,
     }
 }
 
@@ -219,6 +407,157 @@ mod tests {
             put_decimal(&mut b, n);
             assert_eq!(&b[..], format!("{n}\r\n").as_bytes());
         }
+    }
+
+    #[test]
+    fn bulk_heads() {
+        let head = |b: &[u8]| match bulk_head(b) {
+            Head::Bulk { len, at } => format!("bulk {len} at {at}"),
+            Head::Incomplete => "incomplete".into(),
+            Head::Other => "other".into(),
+        };
+        assert_eq!(head(b"$5\r\nhello\r\n"), "bulk 5 at 4");
+        assert_eq!(head(b"$1048576\r\n"), "bulk 1048576 at 10");
+        assert_eq!(head(b"$0\r\n\r\n"), "bulk 0 at 4");
+        for partial in [&b""[..], b"$", b"$12", b"$12\r"] {
+            assert_eq!(head(partial), "incomplete", "{partial:?}");
+        }
+        // Nil, signs, junk, other types and over-long headers are the
+        // decoder's to judge.
+        for other in [
+            &b"$-1\r\n"[..],
+            b"$+5\r\nhello\r\n",
+            b"$5x\r\n",
+            b"$5\rx",
+            b"$\r\n",
+            b"*3\r\n",
+            b"-ERR no\r\n",
+            b"$123456789012345678901234567890",
+            b"$99999999999999999999999\r\n",
+        ] {
+            assert_eq!(head(other), "other", "{other:?}");
+        }
+    }
+
+    /// A scripted peer: writes `chunks` one by one with a pause between
+    /// them (so the client sees them as separate reads), then waits for
+    /// the client to hang up.
+    async fn scripted(chunks: Vec<Vec<u8>>) -> Conn {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut peer, _) = listener.accept().await.expect("accept");
+            for chunk in chunks {
+                peer.write_all(&chunk).await.expect("write");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let mut rest = Vec::new();
+            let _ = peer.read_to_end(&mut rest).await;
+        });
+        Conn::connect(&addr, Duration::from_secs(10))
+            .await
+            .expect("connect")
+    }
+
+    fn sink_of(buf: &mut [u8]) -> Sink {
+        // SAFETY: `buf` outlives every exchange the tests make with it.
+        unsafe { Sink::new(buf.as_mut_ptr(), buf.len()) }
+    }
+
+    fn placed(r: Result<Reply>) -> usize {
+        match r.expect("reply") {
+            Reply::Placed(n) => n,
+            Reply::Frame(f) => panic!("not placed: {f:?}"),
+        }
+    }
+
+    /// Bulk replies land in their sinks whatever the read boundaries:
+    /// a header cut in two, a payload spread over reads, a CRLF arriving
+    /// alone, and the next pipelined reply right behind a payload.
+    #[tokio::test]
+    async fn bulk_replies_are_placed_across_read_boundaries() {
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut script = vec![b"$30".to_vec(), b"0000\r\n".to_vec()];
+        script.push(big[..1000].to_vec());
+        script.push(big[1000..200_000].to_vec());
+        script.push(big[200_000..].to_vec());
+        script.push(b"\r".to_vec());
+        let mut tail = b"\n$3\r\nabc\r\n$5\r\nhello\r\n*1\r\n$1\r\nx\r\n".to_vec();
+        tail.extend_from_slice(b"$-1\r\n$4\r\nlast\r\n");
+        script.push(tail);
+        let mut conn = scripted(script).await;
+        let mut dst = vec![0u8; 300_001];
+        assert_eq!(
+            placed(conn.recv_into(Some(sink_of(&mut dst))).await),
+            300_000
+        );
+        assert!(dst[..300_000] == big[..] && dst[300_000] == 0);
+        let mut small = [0u8; 8];
+        assert_eq!(placed(conn.recv_into(Some(sink_of(&mut small))).await), 3);
+        assert_eq!(&small[..3], b"abc");
+        // Too large for its sink: an ordinary frame, the sink untouched.
+        let mut tiny = [0u8; 4];
+        match conn
+            .recv_into(Some(sink_of(&mut tiny)))
+            .await
+            .expect("reply")
+        {
+            Reply::Frame(BytesFrame::BulkString(b)) => assert_eq!(&b[..], b"hello"),
+            _ => panic!("expected the bulk as a frame"),
+        }
+        assert_eq!(tiny, [0; 4]);
+        // Arrays and nil are frames, as without a sink.
+        assert!(matches!(
+            conn.recv_into(Some(sink_of(&mut small))).await,
+            Ok(Reply::Frame(BytesFrame::Array(_)))
+        ));
+        assert!(matches!(
+            conn.recv_into(Some(sink_of(&mut small))).await,
+            Ok(Reply::Frame(BytesFrame::Null))
+        ));
+        let last = conn.recv().await.expect("last");
+        assert!(matches!(last, BytesFrame::BulkString(b) if &b[..] == b"last"));
+        assert!(!conn.is_poisoned());
+    }
+
+    /// An error reply is an error with a sink too; a payload not ended by
+    /// CRLF is a protocol error, not bytes taken for the next reply.
+    #[tokio::test]
+    async fn placed_errors_and_malformed_bulks() {
+        let mut conn = scripted(vec![b"-NOTFOUND no such key\r\n$3\r\nabcXY".to_vec()]).await;
+        let mut dst = [0u8; 8];
+        let e = conn.recv_into(Some(sink_of(&mut dst))).await.unwrap_err();
+        assert!(matches!(e, Error::NotFound), "{e:?}");
+        let e = conn.recv_into(Some(sink_of(&mut dst))).await.unwrap_err();
+        assert!(matches!(e, Error::Protocol(_)), "{e:?}");
+    }
+
+    /// A peer gone mid-payload: an I/O error, and the connection is marked
+    /// unusable (it stopped inside a reply).
+    #[tokio::test]
+    async fn peer_gone_mid_payload_poisons_the_connection() {
+        let mut script = vec![b"$100000\r\n".to_vec(), vec![7u8; 50_000]];
+        script.push(Vec::new());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut peer, _) = listener.accept().await.expect("accept");
+            for chunk in script {
+                peer.write_all(&chunk).await.expect("write");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let mut conn = Conn::connect(&addr, Duration::from_secs(10))
+            .await
+            .expect("connect");
+        let mut dst = vec![0u8; 100_000];
+        let e = conn.recv_into(Some(sink_of(&mut dst))).await.unwrap_err();
+        assert!(matches!(e, Error::Io(_)), "{e:?}");
+        assert!(conn.is_poisoned());
     }
 
     #[test]

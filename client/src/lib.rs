@@ -38,7 +38,8 @@ mod slots;
 
 pub use buffer::Buffer;
 pub use client::{
-    Client, ClientConfig, BATCH_MAX, DEFAULT_INLINE_GET_MAX, ONE_SIDED_INLINE_GET_MAX,
+    Client, ClientConfig, BATCH_INLINE_GET_MAX, BATCH_MAX, DEFAULT_INLINE_GET_MAX,
+    DEFAULT_INLINE_PUT_MAX, ONE_SIDED_INLINE_GET_MAX,
 };
 pub use error::{Error, Result};
 pub use strata_rdma::Descriptor;

@@ -9,7 +9,7 @@ use redis_protocol::resp2::types::BytesFrame;
 use tokio::sync::Mutex;
 
 use crate::cma::{self, Link, Local};
-use crate::conn::Conn;
+use crate::conn::{Conn, Reply, Sink};
 use crate::{Error, Result};
 
 /// A node that failed at the socket level gets no requests for this long
@@ -116,11 +116,23 @@ impl Node {
         commands: &[&[&[u8]]],
         idem: Idempotent,
     ) -> Result<Vec<Result<BytesFrame>>> {
+        let replies = self.exchange_placed(commands, &[], idem).await?;
+        Ok(replies.into_iter().map(|r| r.map(Reply::frame)).collect())
+    }
+
+    /// [`Node::exchange`], where the bulk reply to command `k` is written
+    /// into `sinks[k]` when there is one and it fits (`Reply::Placed`).
+    pub(crate) async fn exchange_placed(
+        &self,
+        commands: &[&[&[u8]]],
+        sinks: &[Option<Sink>],
+        idem: Idempotent,
+    ) -> Result<Vec<Result<Reply>>> {
         let mut slot = self.conn.lock().await;
         let pooled = slot.as_ref().is_some_and(|c| !c.is_poisoned());
-        let mut outcome = self.exchange_on(&mut slot, commands).await;
+        let mut outcome = self.exchange_on(&mut slot, commands, sinks).await;
         if pooled && idem == Idempotent::Yes && matches!(outcome, Err(Error::Io(_))) {
-            outcome = self.exchange_on(&mut slot, commands).await;
+            outcome = self.exchange_on(&mut slot, commands, sinks).await;
         }
         match &outcome {
             Err(e) if e.is_node_failure() => self.mark_down(),
@@ -134,7 +146,8 @@ impl Node {
         &self,
         slot: &mut Option<Conn>,
         commands: &[&[&[u8]]],
-    ) -> Result<Vec<Result<BytesFrame>>> {
+        sinks: &[Option<Sink>],
+    ) -> Result<Vec<Result<Reply>>> {
         let conn = match slot.take() {
             Some(conn) if !conn.is_poisoned() => slot.insert(conn),
             _ => {
@@ -165,8 +178,9 @@ impl Node {
         let outcome = async {
             conn.send(commands).await?;
             let mut replies = Vec::with_capacity(commands.len());
-            for _ in commands {
-                match conn.recv().await {
+            for k in 0..commands.len() {
+                let sink = sinks.get(k).copied().flatten();
+                match conn.recv_into(sink).await {
                     Err(e) if e.breaks_connection() => return Err(e),
                     reply => replies.push(reply),
                 }
@@ -187,9 +201,23 @@ impl Node {
         idem: Idempotent,
         busy_retries: u32,
     ) -> Result<BytesFrame> {
+        self.call_placed(args, None, idem, busy_retries)
+            .await
+            .map(Reply::frame)
+    }
+
+    /// [`Node::call`], with a sink for a bulk reply (see
+    /// [`Node::exchange_placed`]).
+    pub(crate) async fn call_placed(
+        &self,
+        args: &[&[u8]],
+        sink: Option<Sink>,
+        idem: Idempotent,
+        busy_retries: u32,
+    ) -> Result<Reply> {
         let mut attempt = 0;
         loop {
-            let reply = self.exchange(&[args], idem).await?.pop();
+            let reply = self.exchange_placed(&[args], &[sink], idem).await?.pop();
             match reply.ok_or_else(|| Error::Protocol("no reply".into()))? {
                 Err(Error::Busy(_)) if attempt < busy_retries => {
                     attempt += 1;

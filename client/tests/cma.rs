@@ -99,18 +99,19 @@ async fn round_trips_go_by_cma_byte_exact() {
 }
 
 /// `cma: off` on the node, or `cma: false` in the client: the network data
-/// plane, with the same bytes.
+/// plane, with the same bytes (2 MiB: over TCP values up to 1 MiB travel
+/// with the command).
 #[tokio::test]
 async fn off_on_either_side_uses_the_network() {
     let node = Node::start(&["--cma", "off"]);
     let c = node.client().await;
-    round_trip(&c, "off-node", MIB).await;
+    round_trip(&c, "off-node", 2 * MIB).await;
     assert_eq!(info_field(&c, "stats", "cma_enabled").await, 0);
     assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
 
     let node = Node::start(&[]);
     let c = node.network_client().await;
-    round_trip(&c, "off-client", MIB).await;
+    round_trip(&c, "off-client", 2 * MIB).await;
     assert_eq!(info_field(&c, "stats", "cma_sessions").await, 0);
     assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
 }
@@ -385,6 +386,11 @@ async fn a_client_of_another_user_is_served_over_tcp() {
             "zerocopy",
             "--sizes",
             "1MiB",
+            // Every value by a data-plane read, as over CMA.
+            "--inline-get-max",
+            "0",
+            "--inline-put-max",
+            "0",
         ])
         .args(["--keys", "20", "--ops", "20"])
         .output()

@@ -318,14 +318,15 @@ async fn put_many_splits_batches_over_the_mput_limit() {
 }
 
 /// Values up to `inline_get_max` come back in the GET reply (no data-plane
-/// read), larger ones by the data plane; with the limit at 0 every value
-/// takes the data plane. Same bytes either way, at an offset, one at a
-/// time and in mixed batches.
+/// read; a batch asks at most `BATCH_INLINE_GET_MAX`), larger ones by the
+/// data plane; with the limit at 0 every value takes the data plane. Same
+/// bytes either way, at an offset, one at a time and in mixed batches.
 #[tokio::test]
 async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
     let node = Node::start(&[]);
     let inline = node.network_client().await;
-    assert_eq!(inline.config().inline_get_max, 256 * 1024);
+    assert_eq!(inline.config().inline_get_max, MIB as u64);
+    assert_eq!(strata_client::BATCH_INLINE_GET_MAX, 256 * 1024);
     let leased = Client::connect_with(strata_client::ClientConfig {
         cma: false,
         inline_get_max: 0,
@@ -333,12 +334,15 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
     })
     .await
     .expect("connect");
-    let sizes = [1usize, 100, 65536, 256 * 1024, 256 * 1024 + 1, MIB];
+    let sizes = [1usize, 100, 65536, 256 * 1024, 256 * 1024 + 1, MIB, MIB + 1];
     for len in sizes {
         round_trip(&inline, &format!("mix-{len}"), len).await;
     }
     let served = || info_field(&inline, "stats", "data_reads_served");
-    for (c, by_data_plane) in [(&inline, 2), (&leased, sizes.len() as u64)] {
+    // A single read from 1 MiB goes in pieces; a batch's reads do not.
+    let singles: u64 = sizes.iter().map(|&l| pieces(l)).sum();
+    let all = sizes.len() as u64;
+    for (c, singles, batched) in [(&inline, 2, 3), (&leased, singles, all)] {
         let before = served().await;
         for len in sizes {
             let key = format!("mix-{len}");
@@ -353,7 +357,7 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
             );
             assert!(dst.as_slice()[..7].iter().all(|&b| b == 0), "{key}");
         }
-        assert_eq!(served().await - before, by_data_plane, "single GETs");
+        assert_eq!(served().await - before, singles, "single GETs");
         let before = served().await;
         let mut bufs: Vec<_> = sizes.iter().map(|&l| c.alloc(l).expect("alloc")).collect();
         let mut items: Vec<_> = bufs
@@ -367,11 +371,61 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
         for ((key, b, _), len) in items.iter().zip(sizes) {
             assert!(b.as_slice() == &pattern(key.as_bytes(), len)[..], "{key}");
         }
-        assert_eq!(served().await - before, by_data_plane, "a batch");
+        assert_eq!(served().await - before, batched, "a batch");
         // A destination too small is refused the same way inline or not.
         let mut small = c.alloc(10).expect("alloc");
         let e = c.get_into(b"mix-100", &mut small, 0).await.unwrap_err();
         assert!(matches!(e, Error::TooLarge(_)), "{e:?}");
     }
     assert_eq!(info_field(&inline, "stats", "leases_out").await, 0);
+}
+
+/// PUTs over TCP of values up to `inline_put_max` carry their payload in
+/// the command (the node never dials this client's data plane), larger
+/// ones are pulled; with the limit at 0 every PUT is pulled. NX keeps its
+/// meaning either way, and every byte lands.
+#[tokio::test]
+async fn small_puts_go_inline_and_large_ones_are_pulled() {
+    let node = Node::start(&[]);
+    let inline = node.network_client().await;
+    assert_eq!(inline.config().inline_put_max, MIB as u64);
+    let pulled = Client::connect_with(strata_client::ClientConfig {
+        cma: false,
+        inline_put_max: 0,
+        ..strata_client::ClientConfig::new(node.addr())
+    })
+    .await
+    .expect("connect");
+    let sizes = [0usize, 1, 65536, MIB, MIB + 1, 3 * MIB];
+    let over: u64 = sizes[4..].iter().map(|&l| pieces(l)).sum();
+    let every: u64 = sizes.iter().map(|&l| pieces(l)).sum();
+    for (c, name, pulls) in [(&inline, "inl", over), (&pulled, "pull", every)] {
+        let served = || c.data_plane_stats().reads_served.load(Ordering::SeqCst);
+        let before = served();
+        for len in sizes {
+            let key = format!("{name}-{len}");
+            let mut src = c.alloc(len + 5).expect("alloc");
+            src.as_mut_slice()[5..].copy_from_slice(&pattern(key.as_bytes(), len));
+            c.put_from(key.as_bytes(), &src, 5..5 + len)
+                .await
+                .expect("put");
+            let got = c.get(key.as_bytes()).await.expect("get").expect("present");
+            assert!(got[..] == pattern(key.as_bytes(), len)[..], "{key}");
+            src.as_mut_slice().fill(9);
+            let stored = c.put_from_nx(key.as_bytes(), &src, 5..5 + len).await;
+            assert!(!stored.expect("put nx"), "{key}: NX over an existing key");
+        }
+        assert_eq!(served() - before, pulls, "{name}: data-plane reads");
+    }
+}
+
+/// Data-plane reads that move one value of `len` bytes read alone: none
+/// for an empty one, and from 1 MiB one per piece of at least 512 KiB, on
+/// up to 4 connections.
+fn pieces(len: usize) -> u64 {
+    let piece = strata_rdma::tcp::SPLIT_PIECE_BYTES_MIN as usize;
+    match len {
+        0 => 0,
+        _ => (len / piece).clamp(1, strata_rdma::tcp::CONNS_PER_PEER_MAX) as u64,
+    }
 }

@@ -71,7 +71,8 @@ impl NativeClient {
     #[new]
     #[pyo3(signature = (seeds, data_bind, retry_attempts, timeout_ms, failover,
                         failover_timeout_ms, health_check_interval_ms, threads, cma=true,
-                        inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX))]
+                        inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX,
+                        inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -85,6 +86,7 @@ impl NativeClient {
         threads: usize,
         cma: bool,
         inline_get_max: u64,
+        inline_put_max: u64,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -103,6 +105,7 @@ impl NativeClient {
         cfg.health_check_interval_ms = health_check_interval_ms;
         cfg.cma = cma;
         cfg.inline_get_max = inline_get_max;
+        cfg.inline_put_max = inline_put_max;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("strata-py")

@@ -47,6 +47,7 @@ class Client:
             c.threads,
             c.cma,
             c.inline_get_max_bytes,
+            c.inline_put_max_bytes,
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -24,9 +24,13 @@ class ClientConfig:
     where both processes may (same user and pid namespace); ``False`` keeps
     every node on the network data plane. ``inline_get_max_bytes``:
     ``get_into`` and ``batch_get_into`` receive values up to this size in
-    the GET reply itself (one round trip, no lease) rather than by a
-    data-plane read (by cross-memory attach or RDMA, at most 64 KiB); 0
-    sends every value by the data plane.
+    the GET reply itself, read straight into the buffer (one round trip,
+    no lease) rather than by a data-plane read (for a batch at most 256 KiB;
+    by cross-memory attach or RDMA at most 64 KiB); 0 sends every value by
+    the data plane. ``inline_put_max_bytes``: over TCP, ``put_from`` of a
+    value up to this size sends it with the command, straight from the
+    buffer (one round trip), rather than having the node pull it; 0: every
+    value pulled.
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -42,7 +46,8 @@ class ClientConfig:
     threads: int = 2
     inline_max_bytes: int = 16 * 1024
     cma: bool = True
-    inline_get_max_bytes: int = 256 * 1024
+    inline_get_max_bytes: int = 1024 * 1024
+    inline_put_max_bytes: int = 1024 * 1024
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

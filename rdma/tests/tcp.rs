@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_rdma::faulty::FaultyTransport;
-use strata_rdma::tcp::{TcpConfig, TcpTransport, CONNS_PER_PEER_MAX, READ_LEN_MAX};
+use strata_rdma::tcp::{
+    TcpConfig, TcpTransport, CONNS_PER_PEER_MAX, READ_LEN_MAX, SPLIT_PIECE_BYTES_MIN,
+};
 use strata_rdma::{
     Descriptor, ReadGuard, ReadOp, Refusal, Region, TransferError, Transport, TransportKind,
 };
@@ -911,6 +913,29 @@ async fn large_read_is_split_over_connections() {
         .await
         .expect_err("overrun");
     assert!(matches!(err, TransferError::BadDescriptor(_)), "{err:?}");
+}
+
+/// A read is split from twice `SPLIT_PIECE_BYTES_MIN` on: 1 MiB goes in two
+/// pieces on two connections, a byte less in one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_starts_at_two_minimum_pieces() {
+    let piece = SPLIT_PIECE_BYTES_MIN as usize;
+    for (len, streams) in [(2 * piece - 1, 1), (2 * piece, 2), (4 * piece + 1, 4)] {
+        let (owner, reader) = (transport().await, transport().await);
+        let src = Mem::new(&owner, pattern(len, 53), None);
+        let dst = Mem::zeroed(&reader, len);
+        let desc = owner
+            .describe(&src.region, 0, len as u64, None)
+            .expect("describe");
+        bounded(reader.read(&desc, &dst.region, 0))
+            .await
+            .expect("read");
+        assert!(dst.buf == src.buf, "{len} bytes");
+        let served = owner.stats().reads_served.load(Ordering::Relaxed);
+        assert_eq!(served, streams, "pieces of a {len}-byte read");
+        let opened = reader.stats().connections_opened.load(Ordering::Relaxed);
+        assert_eq!(opened, streams, "connections for a {len}-byte read");
+    }
 }
 
 /// Many batches at once from one reader to one owner, each wanting every
