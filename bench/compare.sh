@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Side-by-side comparison on this machine, in one go (< 5 minutes):
+# Side-by-side comparison on this machine, in one go (about 10 minutes):
 # strata zero-copy over TCP and over cross-memory attach (the same-host
 # data plane), strata inline, Redis 7 (inline), Mooncake Store
 # (zero-copy, cross-process) and iperf3 (one loopback TCP stream, the
 # ceiling), plus a bare process_vm_readv loop and memcpy (the ceiling of
-# the same-host path); sizes 64 KiB, 1 MiB, 4 MiB; 1 and 4 clients. Every
-# value read is verified. JSON lines go to $RESULTS, a table to stdout.
+# the same-host path); sizes 64 KiB, 1 MiB, 4 MiB one value per call, and
+# batches the way engines move KV cache ($BATCHES: 32 x 64 KiB, 32 x
+# 256 KiB, 8 x 1 MiB, 4 x 4 MiB per call: strata MPUT and pipelined GETs,
+# strata and Redis pipelined SET/GET, Mooncake's batch_upsert_from and
+# batch_get_into); 1 and 4 clients; then bytes per key of the index next
+# to Redis (bench/index-memory.sh, $INDEX_KEYS keys). Every value read is
+# verified. JSON lines go to $RESULTS, tables to stdout.
 #
 # Setup (packages, Mooncake venv, release build) runs first, with network;
 # the measurements then run inside `unshare -n` (only `lo`), because
@@ -21,11 +26,13 @@ SIZES=${SIZES:-64KiB,1MiB,4MiB}
 CLIENTS=${CLIENTS:-"1 4"}
 DURATION=${DURATION:-2}   # seconds per phase
 KEYS=${KEYS:-64}
+BATCHES=${BATCHES:-"64KiB:32 256KiB:32 1MiB:8 4MiB:4"}   # size:values per call
+INDEX_KEYS=${INDEX_KEYS:-1000000}                       # 0: skip the index figure
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
 if [[ "${1:-}" != --inner ]]; then
-    need_packages redis-server iperf3 libibverbs1 libnuma1 libcurl4
+    need_packages redis-server redis-tools iperf3 libibverbs1 libnuma1 libcurl4
     mooncake_venv "$VENV"
     (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench &&
         cargo build --release -q -p strata-rdma --example cma_loop)
@@ -42,11 +49,16 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 bench() { # system api addr target [strata-bench flags...]
-    local system=$1 api=$2 addr=$3 target=$4
+    local system=$1 api=$2 addr=$3 target=$4 b size n
     shift 4
     for c in $CLIENTS; do
         "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$SIZES" \
             --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
+        for b in $BATCHES; do
+            size=${b%%:*} n=${b##*:}
+            "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$size" \
+                --keys "$((n * 4))" --batch "$n" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
+        done
     done
 }
 
@@ -73,6 +85,10 @@ kill "${PIDS[-1]}"
 for c in $CLIENTS; do
     "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --sizes "$SIZES" --keys "$KEYS" -c "$c" \
         --duration "$DURATION" --json "$RESULTS" 2>>"$OUT/mooncake.log"
+    for b in $BATCHES; do
+        "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --sizes "${b%%:*}" --keys "$((${b##*:} * 4))" \
+            --batch "${b##*:}" -c "$c" --duration "$DURATION" --json "$RESULTS" 2>>"$OUT/mooncake.log"
+    done
 done
 
 # iperf3: one loopback stream, the ceiling for any TCP data plane
@@ -94,3 +110,8 @@ python3 "$ROOT/bench/compare_table.py" "$RESULTS"
 echo
 echo "same-host ceiling (bench: rdma/examples/cma_loop.rs, one reader process):"
 "$BIN/examples/cma_loop" "$DURATION"
+if [[ $INDEX_KEYS != 0 ]]; then
+    echo
+    echo "index memory, $INDEX_KEYS keys (bench/index-memory.sh):"
+    STRATA_SERVER="$BIN/strata-server" "$ROOT/bench/index-memory.sh" "$INDEX_KEYS"
+fi

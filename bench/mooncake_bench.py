@@ -148,6 +148,8 @@ def pct(sorted_us, q):
 
 
 def run_phase(store, bufs, op, size, keys, hashes, versions, args):
+    if args.batch > 1:
+        return run_batch_phase(store, bufs, op, size, keys, hashes, versions, args)
     min_ops = len(keys) if op == "put" else 0
     phase = Phase(len(keys), args.duration, min_ops)
     lat = [[] for _ in bufs]
@@ -184,18 +186,82 @@ def run_phase(store, bufs, op, size, keys, hashes, versions, args):
                     print(f"mooncake_bench: MISMATCH on {keys[k]}", file=sys.stderr)
             lat[t].append(max(us, 1))
 
+    return report(args, op, size, worker, lat, errs, mism, len(bufs), 1)
+
+
+def run_batch_phase(store, bufs, op, size, keys, hashes, versions, args):
+    """Like `run_phase`, but each operation moves `args.batch` distinct keys
+    with one `batch_upsert_from` / `batch_get_into` (strata-bench's
+    `--batch`: a put phase covers every key, latency is per batch,
+    throughput counts values). Each worker's buffers hold `batch` values."""
+    b = args.batch
+    if b > len(keys):
+        raise SystemExit(f"--batch {b} needs at least as many --keys")
+    rounds = -(-len(keys) // b) if op == "put" else 0
+    phase = Phase(len(keys), args.duration, rounds)
+    lat = [[] for _ in bufs]
+    errs = [0 for _ in bufs]
+    mism = [0 for _ in bufs]
+    # Keys a worker's batch holds are never in another's at the same time.
+    key_lock = threading.Lock()
+
+    def worker(t):
+        rng = np.random.default_rng(t + 1)
+        src, dst = bufs[t]
+        src_ptrs = [src.ptr + i * size for i in range(b)]
+        dst_ptrs = [dst.ptr + i * size for i in range(b)]
+        while True:
+            n = phase.claim()
+            if n is None:
+                return
+            if op == "put" and n < rounds:
+                ks = [(n * b + i) % len(keys) for i in range(b)]
+            else:
+                ks = [int(x) for x in rng.choice(len(keys), size=b, replace=False)]
+            names = [keys[k] for k in ks]
+            if op == "put":
+                with key_lock:
+                    for k in ks:
+                        versions[k] += 1
+                    vs = [versions[k] for k in ks]
+                for i, k in enumerate(ks):
+                    fill(src.view[i * size:(i + 1) * size], hashes[k], vs[i])
+                t0 = time.perf_counter_ns()
+                rcs = store.batch_upsert_from(names, src_ptrs, [size] * b)
+                us = (time.perf_counter_ns() - t0) // 1000
+                errs[t] += sum(1 for rc in rcs if rc != 0)
+            else:
+                t0 = time.perf_counter_ns()
+                got = store.batch_get_into(names, dst_ptrs, [size] * b)
+                us = (time.perf_counter_ns() - t0) // 1000
+                errs[t] += sum(1 for g in got if g != size)
+                if args.verify:
+                    for i, k in enumerate(ks):
+                        if got[i] == size and not check(dst.view[i * size:(i + 1) * size], hashes[k]):
+                            mism[t] += 1
+                            phase.failed = True
+                            print(f"mooncake_bench: MISMATCH on {keys[k]}", file=sys.stderr)
+            lat[t].append(max(us, 1))
+
+    return report(args, op, size, worker, lat, errs, mism, len(bufs), b)
+
+
+def report(args, op, size, worker, lat, errs, mism, workers, per_op):
+    """Runs `worker` on `workers` threads and makes the JSON row; each op
+    moved `per_op` values."""
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(bufs))]
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(workers)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     secs = max(time.perf_counter() - t0, 1e-9)
     all_us = sorted(x for l in lat for x in l)
-    n = len(all_us)
+    n = len(all_us) * per_op
+    default_scenario = f"c{args.concurrency}" + (f"-b{per_op}" if per_op > 1 else "")
     return {
         "system": args.system,
-        "scenario": args.scenario or f"c{args.concurrency}",
+        "scenario": args.scenario or default_scenario,
         "api": "zerocopy",
         "threads": args.concurrency,
         "procs": 1,
@@ -248,7 +314,7 @@ def bench(args) -> int:
         ok = True
         print(f"{'system':<9} {'c':>3} {'size':>9} {'op':<4} {'n':>7} {'GB/s':>7} {'p50us':>7} {'p99us':>7} {'errors':>6}")
         for size in args.sizes:
-            bufs = [(Buffer(store, size), Buffer(store, size)) for _ in range(args.concurrency)]
+            bufs = [(Buffer(store, size * args.batch), Buffer(store, size * args.batch)) for _ in range(args.concurrency)]
             keys = [f"bench:{size}:{i}" for i in range(args.keys)]
             hashes = [key_hash(k.encode()) for k in keys]
             versions = [0] * len(keys)
@@ -292,6 +358,7 @@ def main() -> int:
     p.add_argument("-c", "--concurrency", type=int, default=1)
     p.add_argument("--duration", type=float, default=2.0)
     p.add_argument("--verify", type=lambda s: s.lower() not in ("0", "false", "no"), default=True)
+    p.add_argument("--batch", type=int, default=1, help="values per operation (batch_upsert_from / batch_get_into)")
     p.add_argument("--json")
     p.add_argument("--scenario")
     p.add_argument("--system", default="mooncake")

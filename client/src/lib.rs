@@ -30,6 +30,7 @@
 mod buffer;
 mod client;
 mod cma;
+mod config;
 mod conn;
 mod error;
 mod node;
@@ -37,9 +38,10 @@ mod router;
 mod slots;
 
 pub use buffer::Buffer;
-pub use client::{
-    Client, ClientConfig, BATCH_INLINE_GET_MAX, BATCH_MAX, DEFAULT_INLINE_GET_MAX,
-    DEFAULT_INLINE_PUT_MAX, ONE_SIDED_INLINE_GET_MAX,
+pub use client::{Client, BATCH_MAX};
+pub use config::{
+    ClientConfig, BATCH_INLINE_GET_MAX, DEFAULT_INLINE_GET_MAX, DEFAULT_INLINE_PUT_MAX,
+    ONE_SIDED_INLINE_GET_MAX,
 };
 pub use error::{Error, Result};
 pub use strata_rdma::Descriptor;

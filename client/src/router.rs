@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis_protocol::resp2::types::BytesFrame;
 
-use crate::client::ClientConfig;
+use crate::config::ClientConfig;
 use crate::node::{backoff, Idempotent, Node};
 use crate::slots::SlotMap;
 use crate::{Error, Result};

@@ -1,0 +1,112 @@
+//! How a client reaches the cluster and which path each payload takes:
+//! the settings, their defaults, and the measured reasons for them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use strata_rdma::Protocol;
+
+/// How to reach the cluster and how hard to try.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// RESP addresses (`host:port`) of nodes to learn the slot map from;
+    /// any one that answers is enough. A standalone node (or a plain Redis)
+    /// is a cluster of one.
+    pub seeds: Vec<String>,
+    /// Where this client's data-plane listener binds; nodes connect to it to
+    /// pull PUT payloads, so it must be reachable from them.
+    pub data_bind: SocketAddr,
+    /// Host that nodes dial to reach the data plane, put in this client's
+    /// descriptors instead of the bound address (needed when `data_bind` is
+    /// `0.0.0.0`, e.g. in a container: set it to an address the nodes can
+    /// route to). `None`: the bound address.
+    pub data_advertise: Option<String>,
+    /// Extra tries after the first: for `BUSY` and stale reads, for socket
+    /// failures when `failover_enabled` is off, and the most `-MOVED`
+    /// redirects followed in a row.
+    pub retry_attempts: u32,
+    /// Deadline for connecting, writing one request, and reading one reply.
+    pub timeout: Duration,
+    /// While a slot's owner is unreachable, serve reads from its replicas
+    /// and retry writes on the new owner, for up to `failover_timeout_ms`.
+    pub failover_enabled: bool,
+    /// How long one operation keeps trying other nodes before it fails.
+    /// Also bounds a connect attempt when failover is on.
+    pub failover_timeout_ms: u64,
+    /// How often the slot map is refreshed in the background and nodes
+    /// that failed are probed again (0: never; refreshes still follow
+    /// redirects and failures).
+    pub health_check_interval_ms: u64,
+    /// Data plane of this client; must match the nodes' `protocol` (their
+    /// descriptors name it). RDMA needs the `rdma` feature.
+    pub protocol: Protocol,
+    /// With nodes on this host that offer it, move payloads by
+    /// cross-memory attach (`process_vm_readv`) instead of `protocol`,
+    /// where both sides are allowed to read each other (same user, same
+    /// pid namespace). `false` keeps every node on `protocol`.
+    pub cma: bool,
+    /// Zero-copy reads (`get_into`, `get_many`) of values up to this many
+    /// bytes come back in the GET reply itself (`GET key desc INLINE n`),
+    /// read from the socket straight into the buffer: one round trip and
+    /// no lease, where a data-plane read would add a round trip. Batches
+    /// ask at most [`BATCH_INLINE_GET_MAX`] (their larger values go faster
+    /// spread over several data-plane connections than one after another
+    /// on the command connection); over cross-memory attach or RDMA, whose
+    /// reads are one copy with no round trip through the node's CPU, at
+    /// most [`ONE_SIDED_INLINE_GET_MAX`]. 0: every value by the data plane.
+    pub inline_get_max: u64,
+    /// Zero-copy writes (`put_from`) of values up to this many bytes over
+    /// TCP send the payload with the command (`SET key value`, written
+    /// straight from the buffer, which the node streams into its arena):
+    /// one round trip, where the node's pull from this client's data plane
+    /// would add one. Never over cross-memory attach or RDMA, and not for
+    /// batches (`put_many`: one `MPUT` whose payloads the node pulls in
+    /// one round trip per connection). 0: every value by the data plane.
+    pub inline_put_max: u64,
+}
+
+/// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
+/// extra round trip costs as much as moving a few hundred KiB: measured
+/// here, inline GETs are faster up to 1 MiB, and the data plane's reads
+/// split over several connections from 2 MiB (docs/BENCHMARKS.md §2e).
+pub const DEFAULT_INLINE_GET_MAX: u64 = 1 << 20;
+
+/// The most a GET of a batch returns inline: 8 values of 1 MiB read over
+/// several data-plane connections at once moved 1.2x faster than inline
+/// one after another (docs/BENCHMARKS.md §2e).
+pub const BATCH_INLINE_GET_MAX: u64 = 256 * 1024;
+
+/// See [`ClientConfig::inline_put_max`]: measured here, a `SET` moved
+/// 1.3-2x faster than a pulled `PUT` from 16 KiB to 1 MiB, about the same
+/// at 4 MiB (docs/BENCHMARKS.md §2e). Larger payloads would hold the command
+/// connection, which this client's tasks share, for longer.
+pub const DEFAULT_INLINE_PUT_MAX: u64 = 1 << 20;
+
+/// The most a GET returns inline where the read would go by cross-memory
+/// attach or RDMA: a cross-memory read of 128 KiB already matches an
+/// inline GET, and of 256 KiB beats it (docs/BENCHMARKS.md §2e).
+pub const ONE_SIDED_INLINE_GET_MAX: u64 = 64 * 1024;
+
+impl ClientConfig {
+    /// One seed.
+    pub fn new(addr: impl Into<String>) -> Self {
+        Self::with_seeds([addr])
+    }
+
+    pub fn with_seeds<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            seeds: seeds.into_iter().map(Into::into).collect(),
+            data_bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_advertise: None,
+            retry_attempts: 3,
+            timeout: Duration::from_secs(30),
+            failover_enabled: true,
+            failover_timeout_ms: 5000,
+            health_check_interval_ms: 2000,
+            protocol: Protocol::Tcp,
+            cma: true,
+            inline_get_max: DEFAULT_INLINE_GET_MAX,
+            inline_put_max: DEFAULT_INLINE_PUT_MAX,
+        }
+    }
+}
