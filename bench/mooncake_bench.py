@@ -148,7 +148,9 @@ def pct(sorted_us, q):
 
 
 def run_phase(store, bufs, op, size, keys, hashes, versions, args):
-    if args.batch > 1:
+    # Drivers that share this workload (python/bench/zero_copy.py) may
+    # have no --batch.
+    if getattr(args, "batch", 1) > 1:
         return run_batch_phase(store, bufs, op, size, keys, hashes, versions, args)
     min_ops = len(keys) if op == "put" else 0
     phase = Phase(len(keys), args.duration, min_ops)

@@ -23,7 +23,8 @@ CLIENTS=${CLIENTS:-1}
 DURATION=${DURATION:-2}   # seconds per phase
 ROUNDS=${ROUNDS:-3}
 KEYS=${KEYS:-64}
-export OUT RESULTS PYVENV MCVENV SIZES CLIENTS DURATION ROUNDS KEYS
+CMA=${CMA:-true}          # SDK path: false keeps Rust and Python on the TCP data plane
+export OUT RESULTS PYVENV MCVENV SIZES CLIENTS DURATION ROUNDS KEYS CMA
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
@@ -57,10 +58,10 @@ for round in $(seq "$ROUNDS"); do
             --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" >/dev/null
         # The SDK path alone: no per-read verification on either side.
         "$BIN/strata-bench" --target strata --addr "127.0.0.1:$SP" --api zerocopy --system strata-noverify \
-            --verify false --sizes "$SIZES" --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" \
-            2>>"$OUT/bench.log" >/dev/null
-        "$PYVENV/bin/python" "$ROOT/python/bench/zero_copy.py" --raw --addr "127.0.0.1:$SP" --sizes "$SIZES" \
-            --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" >/dev/null
+            --verify false --cma "$CMA" --sizes "$SIZES" --keys "$KEYS" -c "$c" --duration "$DURATION" \
+            --json "$RESULTS" 2>>"$OUT/bench.log" >/dev/null
+        "$PYVENV/bin/python" "$ROOT/python/bench/zero_copy.py" --raw --cma "$CMA" --addr "127.0.0.1:$SP" \
+            --sizes "$SIZES" --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" >/dev/null
     done
 done
 for c in $CLIENTS; do
@@ -69,7 +70,7 @@ for c in $CLIENTS; do
 done
 
 python3 - "$RESULTS" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 bad = [r for r in rows if r["errors"] or r["mismatches"]]
 cells = {}
@@ -93,7 +94,7 @@ def table(title, columns, ratio):
 table("Shared workload (fill + verify every value), GB/s:",
       [("Rust", "strata"), ("Python", "strata-python"), ("Mooncake", "mooncake")],
       ("Py/Rust", "strata-python", "strata"))
-table("SDK path alone (no per-read verification), GB/s:",
+table(f"SDK path alone (no per-read verification; cma {os.environ['CMA']}), GB/s:",
       [("Rust", "strata-noverify"), ("Python", "strata-python-raw")],
       ("Py/Rust", "strata-python-raw", "strata-noverify"))
 print(f"rounds per cell: {max(len(v) for v in cells.values())}; cells with errors: {len(bad)}")

@@ -10,9 +10,10 @@ registered mmap buffers with raw pointers), i.e. the facade over
     python python/bench/zero_copy.py --addr 127.0.0.1:7379 --sizes 1MiB -c 1 --json out.jsonl
 
 `--raw` measures the SDK path alone: `strata.Client` with raw pointers in
-a tight loop, values filled once before the phase and one value verified
-after it, so the GB/s carry none of the driver's numpy fill/verify work
-(which costs a Python process several hundred microseconds per 1 MiB).
+a tight loop, one client per thread (as strata-bench gives each task its
+own), values filled once before the phase and one value verified after
+it, so the GB/s carry none of the driver's numpy fill/verify work (which
+costs a Python process several hundred microseconds per 1 MiB).
 """
 
 from __future__ import annotations
@@ -33,14 +34,16 @@ import strata  # noqa: E402
 from strata.mooncake import MooncakeDistributedStore  # noqa: E402
 
 
-def raw_phase(client, op, size, keys, pools, args) -> dict:
+def raw_phase(clients, op, size, keys, pools, args) -> dict:
     """`op` on `keys` for `--duration` (puts: every key once first), one
-    thread per pool; latency of each call, GB/s over the phase's wall time."""
+    thread per pool, each with its own client (as strata-bench's tasks);
+    latency of each call, GB/s over the phase's wall time."""
     lat = [[] for _ in pools]
     deadline = time.monotonic() + args.duration
 
     def worker(t):
         src, dst = pools[t]
+        client = clients[t]
         rng = random.Random(t)
         n = 0
         while True:
@@ -85,23 +88,28 @@ class _Pool:
 
 
 def raw(args) -> int:
-    with strata.Client(args.addr) as client:
+    clients = [strata.Client(args.addr, cma=args.cma) for _ in range(args.concurrency)]
+    client = clients[0]
+    try:
         out = open(args.json, "a") if args.json else None
         for size in args.sizes:
-            pools = [(_Pool(client, size), _Pool(client, size)) for _ in range(args.concurrency)]
+            pools = [(_Pool(c, size), _Pool(c, size)) for c in clients]
             keys = [f"pyraw:{size}:{i}" for i in range(args.keys)]
             # Every key gets the same value (key 0's pattern), filled once.
             h0 = mb.key_hash(keys[0].encode())
             for src, _ in pools:
                 mb.fill(src.view, h0, 1)
             for op in ("put", "get"):
-                row = raw_phase(client, op, size, keys, pools, args)
+                row = raw_phase(clients, op, size, keys, pools, args)
                 print(json.dumps(row), flush=True)
                 if out:
                     out.write(json.dumps(row) + "\n")
             dst = pools[0][1]
             if client.get_into(keys[0], dst.ptr, size) != size or not mb.check(dst.view, h0):
                 raise SystemExit(f"MISMATCH on {keys[0]}")
+    finally:
+        for c in clients:
+            c.close()
     return 0
 
 
@@ -117,6 +125,8 @@ def main() -> int:
     p.add_argument("--scenario")
     p.add_argument("--system", default="strata-python")
     p.add_argument("--raw", action="store_true", help="the SDK path alone (see the module doc)")
+    p.add_argument("--cma", type=lambda s: s.lower() not in ("0", "false", "no"), default=True,
+                   help="with --raw: cross-memory attach with a node on this host (false: TCP)")
     args = p.parse_args()
     if args.raw:
         return raw(args)

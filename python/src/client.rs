@@ -48,21 +48,29 @@ impl NativeClient {
         }
     }
 
-    /// Runs `f` as a task on the runtime's workers, with the GIL released
-    /// while this thread waits for it. A task rather than `block_on` here:
-    /// the I/O of one operation then wakes worker threads only, and this
-    /// thread is woken once, at the end (on a busy machine each extra
-    /// cross-thread wake-up costs tens of microseconds).
+    /// Runs `f` on this thread, with the GIL released, the runtime's
+    /// workers driving the sockets. Most calls are one round trip (values
+    /// up to 1 MiB travel with the command over TCP; cross-memory-attach
+    /// copies run right here), so this thread is woken about once, when
+    /// the reply arrives. A spawned task costs one more cross-thread
+    /// wake-up per call (a worker to start it) and runs every copy on the
+    /// runtime's few workers. Measured here (docs/BENCHMARKS.md §5): a
+    /// 4 KiB `get_into` 60 -> 46 us, 1 MiB over cross-memory attach with
+    /// four threads 1.1-1.3x faster, 64 KiB over TCP 1.2-2.5x; only reads
+    /// split over several data-plane connections (4 MiB) were 5-10 % slower.
     fn run<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
     where
-        T: Send + 'static,
+        T: Send,
         F: FnOnce(Arc<Client>) -> Fut + Send,
-        Fut: std::future::Future<Output = T> + Send + 'static,
+        Fut: std::future::Future<Output = T> + Send,
     {
         let (client, rt) = self.parts()?;
-        let task = rt.spawn(f(client));
-        py.allow_threads(move || rt.block_on(task))
-            .map_err(|e| internal(format!("the operation's task failed: {e}")))
+        let op = f(client);
+        // A panic is reported as a failure of this call, as when it ran
+        // as a task, never carried into the interpreter.
+        let run = std::panic::AssertUnwindSafe(move || rt.block_on(op));
+        py.allow_threads(move || std::panic::catch_unwind(run))
+            .map_err(|_| internal("the operation panicked (see the log)"))
     }
 }
 
