@@ -26,6 +26,8 @@ command -v redis-cli >/dev/null || pkgs+=(redis-tools)
 command -v redis-benchmark >/dev/null || pkgs+=(redis-tools)
 python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
 command -v curl >/dev/null || pkgs+=(curl)
+# ss: the congestion-control test reads every connection's control.
+command -v ss >/dev/null || pkgs+=(iproute2)
 # SGLang JIT-builds a small C++ extension in the engine tests.
 command -v g++ >/dev/null || pkgs+=(g++)
 if [ ${#pkgs[@]} -gt 0 ]; then

@@ -186,6 +186,10 @@ struct Args {
     /// pulled by the node over the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_PUT_MAX as usize)]
     inline_put_max: usize,
+    /// Congestion control of this client's sockets, e.g. cubic (the
+    /// client's `tcp_congestion`; default: the host's).
+    #[arg(long)]
+    tcp_congestion: Option<String>,
 }
 
 /// Everything a phase needs, shared by its tasks.
@@ -378,6 +382,7 @@ fn new_plan(
     client.cma = args.cma;
     client.inline_get_max = args.inline_get_max as u64;
     client.inline_put_max = args.inline_put_max as u64;
+    client.tcp_congestion = args.tcp_congestion.clone();
     Plan {
         client,
         api,

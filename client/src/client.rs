@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use redis_protocol::resp2::types::BytesFrame;
 use strata_rdma::tcp::TcpStats;
-use strata_rdma::{DataPlane, Descriptor, ReadOp, Region, Transport, TransportKind};
+use strata_rdma::{DataPlane, Descriptor, Listen, ReadOp, Region, Transport, TransportKind};
 use strata_ring::key_slot;
 
 use crate::cma::Link;
@@ -49,7 +49,15 @@ impl Client {
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
     pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
-        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, cfg.data_advertise.clone())
+        if let Some(name) = &cfg.tcp_congestion {
+            strata_rdma::sockopt::check_congestion(name)
+                .map_err(|e| Error::Io(std::io::Error::other(format!("tcp_congestion: {e}"))))?;
+        }
+        let listen = Listen {
+            advertise_host: cfg.data_advertise.clone(),
+            tcp_congestion: cfg.tcp_congestion.clone(),
+        };
+        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, listen)
             .await
             .map_err(|e| match e {
                 strata_rdma::StartError::Transport(t) => Error::from(t),

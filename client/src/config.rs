@@ -63,6 +63,11 @@ pub struct ClientConfig {
     /// batches (`put_many`: one `MPUT` whose payloads the node pulls in
     /// one round trip per connection). 0: every value by the data plane.
     pub inline_put_max: u64,
+    /// Congestion control of this client's command connections and data
+    /// plane (its senders: SET payloads, and PUT payloads the nodes pull),
+    /// e.g. `cubic`; `None`: the host's default. Checked at connect. See
+    /// `strata_rdma::sockopt` for why BBR hosts may want it.
+    pub tcp_congestion: Option<String>,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
@@ -107,6 +112,7 @@ impl ClientConfig {
             cma: true,
             inline_get_max: DEFAULT_INLINE_GET_MAX,
             inline_put_max: DEFAULT_INLINE_PUT_MAX,
+            tcp_congestion: None,
         }
     }
 }

@@ -103,11 +103,20 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) async fn connect(addr: &str, timeout: Duration) -> Result<Self> {
+    /// Connects to `addr`, with congestion control `congestion` when named
+    /// (a SET's payload is this connection's bulk send).
+    pub(crate) async fn connect(
+        addr: &str,
+        timeout: Duration,
+        congestion: Option<&str>,
+    ) -> Result<Self> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| timed_out("connect"))??;
         stream.set_nodelay(true)?;
+        if let Some(name) = congestion {
+            strata_rdma::sockopt::set_congestion(&stream, name)?;
+        }
         Ok(Self {
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
@@ -456,7 +465,7 @@ mod tests {
             let mut rest = Vec::new();
             let _ = peer.read_to_end(&mut rest).await;
         });
-        Conn::connect(&addr, Duration::from_secs(10))
+        Conn::connect(&addr, Duration::from_secs(10), None)
             .await
             .expect("connect")
     }
@@ -551,7 +560,7 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        let mut conn = Conn::connect(&addr, Duration::from_secs(10))
+        let mut conn = Conn::connect(&addr, Duration::from_secs(10), None)
             .await
             .expect("connect");
         let mut dst = vec![0u8; 100_000];

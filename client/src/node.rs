@@ -43,6 +43,8 @@ pub(crate) struct Node {
     cma_put_refused: AtomicBool,
     /// The choice of data plane was logged.
     cma_logged: AtomicBool,
+    /// Congestion control of the command connection (`None`: the host's).
+    tcp_congestion: Option<String>,
 }
 
 impl Node {
@@ -51,6 +53,7 @@ impl Node {
         io_timeout: Duration,
         connect_timeout: Duration,
         cma_local: Option<Arc<Local>>,
+        tcp_congestion: Option<String>,
     ) -> Self {
         Self {
             addr: addr.to_owned(),
@@ -62,6 +65,7 @@ impl Node {
             cma: SyncMutex::new(None),
             cma_put_refused: AtomicBool::new(false),
             cma_logged: AtomicBool::new(false),
+            tcp_congestion,
         }
     }
 
@@ -151,7 +155,8 @@ impl Node {
         let conn = match slot.take() {
             Some(conn) if !conn.is_poisoned() => slot.insert(conn),
             _ => {
-                let connect = Conn::connect(&self.addr, self.io_timeout);
+                let connect =
+                    Conn::connect(&self.addr, self.io_timeout, self.tcp_congestion.as_deref());
                 let conn = tokio::time::timeout(self.connect_timeout, connect)
                     .await
                     .map_err(|_| {

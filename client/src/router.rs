@@ -150,6 +150,7 @@ impl Router {
             io_timeout,
             connect_timeout,
             self.cma.clone(),
+            self.cfg.tcp_congestion.clone(),
         ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node

@@ -80,7 +80,8 @@ impl NativeClient {
     #[pyo3(signature = (seeds, data_bind, retry_attempts, timeout_ms, failover,
                         failover_timeout_ms, health_check_interval_ms, threads, cma=true,
                         inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX,
-                        inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX))]
+                        inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX,
+                        tcp_congestion=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -95,6 +96,7 @@ impl NativeClient {
         cma: bool,
         inline_get_max: u64,
         inline_put_max: u64,
+        tcp_congestion: Option<String>,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -114,6 +116,7 @@ impl NativeClient {
         cfg.cma = cma;
         cfg.inline_get_max = inline_get_max;
         cfg.inline_put_max = inline_put_max;
+        cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("strata-py")

@@ -48,6 +48,7 @@ class Client:
             c.cma,
             c.inline_get_max_bytes,
             c.inline_put_max_bytes,
+            c.tcp_congestion,
         )
 
     # -- lifecycle ---------------------------------------------------------

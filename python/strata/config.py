@@ -30,7 +30,9 @@ class ClientConfig:
     the data plane. ``inline_put_max_bytes``: over TCP, ``put_from`` of a
     value up to this size sends it with the command, straight from the
     buffer (one round trip), rather than having the node pull it; 0: every
-    value pulled.
+    value pulled. ``tcp_congestion``: congestion control of this client's
+    sockets (e.g. ``"cubic"``; empty: the host's default), checked at
+    connect.
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -48,6 +50,7 @@ class ClientConfig:
     cma: bool = True
     inline_get_max_bytes: int = 1024 * 1024
     inline_put_max_bytes: int = 1024 * 1024
+    tcp_congestion: str = ""
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

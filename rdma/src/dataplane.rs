@@ -50,18 +50,30 @@ pub enum DataPlane {
     Verbs(Arc<VerbsTransport>),
 }
 
+/// How a data plane presents itself on the network.
+#[derive(Debug, Clone, Default)]
+pub struct Listen {
+    /// Put in descriptors instead of the bound address.
+    pub advertise_host: Option<String>,
+    /// Congestion control of the TCP data plane's sockets; `None`: the
+    /// host's default (see [`crate::sockopt`]).
+    pub tcp_congestion: Option<String>,
+}
+
 impl DataPlane {
     /// Starts the data plane `protocol` names on `addr`, with default
-    /// limits. `advertise_host` is put in descriptors instead of the bound
-    /// address.
+    /// limits.
     pub async fn start(
         addr: SocketAddr,
         protocol: &Protocol,
-        advertise_host: Option<String>,
+        listen: Listen,
     ) -> Result<DataPlane, StartError> {
+        let advertise_host = listen.advertise_host;
+        let congestion = listen.tcp_congestion;
         let tcp = |advertise_host| async move {
             let cfg = TcpConfig {
                 advertise_host,
+                congestion,
                 ..Default::default()
             };
             Ok(DataPlane::Tcp(TcpTransport::bind_with(addr, cfg).await?))
@@ -184,7 +196,7 @@ mod tests {
     #[tokio::test]
     async fn tcp_is_the_default() {
         let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-        let plane = DataPlane::start(addr, &Protocol::default(), None)
+        let plane = DataPlane::start(addr, &Protocol::default(), Listen::default())
             .await
             .expect("tcp starts");
         assert_eq!(plane.kind(), TransportKind::Tcp);
@@ -199,7 +211,7 @@ mod tests {
             device_name: Some("no-such-device".into()),
             fallback_tcp: false,
         };
-        let err = DataPlane::start(addr, &strict, None)
+        let err = DataPlane::start(addr, &strict, Listen::default())
             .await
             .err()
             .expect("a device that does not exist cannot start");
@@ -212,7 +224,7 @@ mod tests {
             device_name: Some("no-such-device".into()),
             fallback_tcp: true,
         };
-        let plane = DataPlane::start(addr, &lenient, None)
+        let plane = DataPlane::start(addr, &lenient, Listen::default())
             .await
             .expect("falls back to tcp");
         assert_eq!(plane.kind(), TransportKind::Tcp);

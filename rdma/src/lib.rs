@@ -17,13 +17,14 @@ mod error;
 pub mod faulty;
 pub mod handshake;
 mod region;
+pub mod sockopt;
 pub mod tcp;
 mod transport;
 #[cfg(feature = "rdma")]
 pub mod verbs;
 mod wire;
 
-pub use dataplane::{DataPlane, Protocol, StartError};
+pub use dataplane::{DataPlane, Listen, Protocol, StartError};
 pub use error::TransferError;
 pub use region::{ReadGuard, Refusal, Region, REGIONS_MAX};
 pub use strata_proto::desc::{Descriptor, TransportKind};

@@ -80,6 +80,9 @@ pub struct TcpConfig {
     /// Host put in this transport's descriptors instead of the bound
     /// address: needed when binding `0.0.0.0`, which peers cannot dial.
     pub advertise_host: Option<String>,
+    /// Congestion control of this transport's sockets (see
+    /// [`crate::sockopt`]); `None`: the host's default.
+    pub congestion: Option<String>,
 }
 
 impl Default for TcpConfig {
@@ -90,6 +93,7 @@ impl Default for TcpConfig {
             conns_per_peer: CONNS_PER_PEER_MAX,
             served_conns_max: SERVED_CONNS_MAX,
             advertise_host: None,
+            congestion: None,
         }
     }
 }
@@ -144,7 +148,7 @@ impl TcpTransport {
         addr: SocketAddr,
         config: TcpConfig,
     ) -> Result<Arc<Self>, TransferError> {
-        let socket = new_socket(addr)?;
+        let socket = new_socket(addr, config.congestion.as_deref())?;
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
         let listener = socket.listen(LISTEN_BACKLOG)?;
@@ -206,7 +210,7 @@ impl TcpTransport {
             .await?
             .next()
             .ok_or(TransferError::BadDescriptor("endpoint does not resolve"))?;
-        let socket = new_socket(addr)?;
+        let socket = new_socket(addr, self.config.congestion.as_deref())?;
         let stream = socket.connect(addr).await?;
         stream.set_nodelay(true)?;
         self.stats
@@ -711,7 +715,7 @@ impl Transport for TcpTransport {
     }
 }
 
-fn new_socket(addr: SocketAddr) -> io::Result<TcpSocket> {
+fn new_socket(addr: SocketAddr, congestion: Option<&str>) -> io::Result<TcpSocket> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -719,6 +723,9 @@ fn new_socket(addr: SocketAddr) -> io::Result<TcpSocket> {
     };
     socket.set_send_buffer_size(SOCKET_BUFFER_BYTES)?;
     socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES)?;
+    if let Some(name) = congestion {
+        crate::sockopt::set_congestion(&socket, name)?;
+    }
     Ok(socket)
 }
 

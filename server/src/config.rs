@@ -106,6 +106,14 @@ const KEYS: &[(&str, &str)] = &[
         "same-host clients read and write by cross-memory attach: auto or off",
     ),
     (
+        "tcp_congestion",
+        "congestion control of the node's RESP and data-plane sockets, e.g. cubic or reno (empty = the host's default)",
+    ),
+    (
+        "worker_threads",
+        "threads of the node's async runtime (0 = one per CPU core)",
+    ),
+    (
         "notify_keyspace_events",
         "keyspace notifications to publish, Redis' flags (e.g. KEA; empty = none; CONFIG SET notify-keyspace-events changes it live)",
     ),
@@ -230,6 +238,12 @@ pub struct Cli {
     /// Same-host clients move payloads by cross-memory attach: auto or off [default: auto].
     #[arg(long, env = "STRATA_CMA")]
     cma: Option<String>,
+    /// Congestion control of the RESP and data-plane sockets, e.g. cubic; empty = the host's default.
+    #[arg(long, env = "STRATA_TCP_CONGESTION")]
+    tcp_congestion: Option<String>,
+    /// Threads of the async runtime; 0 = one per CPU core [default: 0].
+    #[arg(long, env = "STRATA_WORKER_THREADS")]
+    worker_threads: Option<String>,
     /// Keyspace notifications, Redis' flags (e.g. KEA) [default: none].
     #[arg(long, env = "STRATA_NOTIFY_KEYSPACE_EVENTS")]
     notify_keyspace_events: Option<String>,
@@ -283,6 +297,8 @@ impl Cli {
             ("device_name", self.device_name.as_ref()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
             ("cma", self.cma.as_ref()),
+            ("tcp_congestion", self.tcp_congestion.as_ref()),
+            ("worker_threads", self.worker_threads.as_ref()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.as_ref(),
@@ -345,6 +361,11 @@ pub struct Config {
     /// `auto`: offer cross-memory attach to clients on this host that prove
     /// it works (`STRATA.CMA`); `off`: never.
     pub cma: String,
+    /// Congestion control of the RESP and data-plane sockets (checked at
+    /// start: available and allowed); empty: the host's default.
+    pub tcp_congestion: String,
+    /// Async runtime threads; 0: one per CPU core.
+    pub worker_threads: u32,
     /// Keyspace notification flags at start, normalized (`CONFIG SET`
     /// changes the live ones, in `Node::pubsub`).
     pub notify_keyspace_events: String,
@@ -422,6 +443,8 @@ impl Default for Config {
             device_name: String::new(),
             rdma_fallback_tcp: false,
             cma: "auto".into(),
+            tcp_congestion: String::new(),
+            worker_threads: 0,
             notify_keyspace_events: String::new(),
             pubsub_output_buffer_limit: 32 * MIB,
             log_level: "info".into(),
@@ -606,6 +629,9 @@ fn int_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
     Ok(n)
 }
 
+/// A runtime of more threads than this is a typo, not a tuning.
+const WORKER_THREADS_MAX: u64 = 1024;
+
 /// Copies of a value beyond this cost more than they protect.
 const MAX_REPLICAS: u64 = 8;
 
@@ -714,6 +740,13 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             }
             cfg.cma = v.into();
         }
+        "tcp_congestion" => {
+            if !v.is_empty() {
+                strata_rdma::sockopt::check_congestion(v)?;
+            }
+            cfg.tcp_congestion = v.into();
+        }
+        "worker_threads" => cfg.worker_threads = int_in(v, 0, WORKER_THREADS_MAX)? as u32,
         "notify_keyspace_events" => {
             cfg.notify_keyspace_events = crate::pubsub::keyspace::Flags::parse(v)?.to_string()
         }
@@ -842,6 +875,8 @@ impl Config {
             ("device_name", self.device_name.clone()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),
             ("cma", self.cma.clone()),
+            ("tcp_congestion", self.tcp_congestion.clone()),
+            ("worker_threads", self.worker_threads.to_string()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.clone(),
@@ -890,6 +925,11 @@ impl Config {
             },
             _ => strata_rdma::Protocol::Tcp,
         }
+    }
+
+    /// The congestion control named for strata's sockets, if any.
+    pub fn tcp_congestion(&self) -> Option<String> {
+        (!self.tcp_congestion.is_empty()).then(|| self.tcp_congestion.clone())
     }
 
     pub fn standalone(&self) -> bool {

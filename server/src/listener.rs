@@ -26,6 +26,11 @@ pub async fn bind(node: &Node) -> anyhow::Result<TcpListener> {
         tokio::net::TcpSocket::new_v6()
     }?;
     sock.set_reuseaddr(true)?;
+    // Accepted connections take the listener's congestion control.
+    if let Some(name) = node.cfg.tcp_congestion() {
+        strata_rdma::sockopt::set_congestion(&sock, &name)
+            .with_context(|| format!("tcp_congestion {name:?}"))?;
+    }
     sock.bind(addr)
         .with_context(|| format!("cannot listen on {addr} (bind, port)"))?;
     Ok(sock.listen(LISTEN_BACKLOG)?)

@@ -26,11 +26,11 @@ fn main() -> std::process::ExitCode {
         )))
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("strata")
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if cfg.worker_threads > 0 {
+        runtime.worker_threads(cfg.worker_threads as usize);
+    }
+    let runtime = match runtime.enable_all().thread_name("strata").build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("strata-server: cannot start the runtime: {e}");

@@ -124,13 +124,13 @@ impl Node {
         let data_addr = std::net::SocketAddr::new(cfg.bind, cfg.data_port);
         // Descriptors name `advertise_host`, not the bind address: peers
         // cannot dial 0.0.0.0.
-        let transport = DataPlane::start(
-            data_addr,
-            &cfg.data_protocol(),
-            Some(cfg.advertise_host.clone()),
-        )
-        .await
-        .with_context(|| format!("cannot start the data plane on {data_addr} (data_port)"))?;
+        let listen = strata_rdma::Listen {
+            advertise_host: Some(cfg.advertise_host.clone()),
+            tcp_congestion: cfg.tcp_congestion(),
+        };
+        let transport = DataPlane::start(data_addr, &cfg.data_protocol(), listen)
+            .await
+            .with_context(|| format!("cannot start the data plane on {data_addr} (data_port)"))?;
         let transport = Arc::new(transport);
         let leases = Arc::new(Leases::default());
         let (base, len) = store.region();

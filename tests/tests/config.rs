@@ -60,6 +60,18 @@ fn bad_flags_are_refused_naming_key_and_range() {
             ["--protocol", "udp"],
             "protocol: \"udp\" is not a protocol (allowed: tcp, rdma)",
         ),
+        (
+            ["--tcp-congestion", "nosuchalgo"],
+            "tcp_congestion: \"nosuchalgo\" is not available in this kernel (available: ",
+        ),
+        (
+            ["--tcp-congestion", "bbr;"],
+            "tcp_congestion: \"bbr;\" is not a congestion control name",
+        ),
+        (
+            ["--worker-threads", "5000"],
+            "worker_threads: 5000 is out of range (allowed 0 ..= 1024)",
+        ),
     ] {
         let exit = run(|c| {
             c.args(args);

@@ -151,6 +151,10 @@ impl Node {
         format!("127.0.0.1:{}", self.port)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub async fn client(&self) -> Client {
         Client::connect(self.addr()).await.expect("connect")
     }
