@@ -28,9 +28,10 @@ use strata_tiering::{Reservation, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::clock::now_ms;
 use crate::cmd::{self, Out};
-use crate::node::{now_ms, Node};
-use crate::pubsub::{Mailbox, Subscriber};
+use crate::node::Node;
+use crate::session::Session;
 
 /// Replies accumulate up to this much before being written mid-batch, so a
 /// deep pipeline of GETs cannot grow the reply buffer without bound.
@@ -63,43 +64,6 @@ const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// straight into its arena chunk. Smaller ones mostly arrive in one read,
 /// where buffering costs nothing extra.
 const STREAM_VALUE_BYTES: usize = 64 * 1024;
-
-/// Per-connection state that commands may read or change.
-#[derive(Debug)]
-pub struct Session {
-    pub id: u64,
-    pub name: Option<Bytes>,
-    pub lib_name: Option<Bytes>,
-    pub lib_ver: Option<Bytes>,
-    pub resp: RespVersion,
-    pub authed: bool,
-    /// Set by QUIT: close after this batch's replies are written.
-    pub quit: bool,
-    /// Leases this connection holds; released when it closes.
-    pub leases: HashSet<u64>,
-    /// The nonce `STRATA.CMA HELLO` gave this connection, until proven.
-    pub cma_nonce: Option<[u8; crate::cma::NONCE_BYTES]>,
-    /// The process (pid, start time) that proved itself with it: the only
-    /// one whose memory `cma` descriptors on this connection may name.
-    pub cma_peer: Option<(u32, u64)>,
-    /// Channels and patterns this connection receives messages on.
-    pub sub: Option<Subscriber>,
-    /// The value of the `SET` about to run, already read into its arena
-    /// chunk (its argument in the request is empty). Cleared after that
-    /// request, whatever it did: an unused chunk goes back to the arena.
-    pub streamed: Option<Reservation>,
-}
-
-impl Session {
-    /// In RESP2 subscribed mode (at least one subscription).
-    pub fn subscribed_resp2(&self) -> bool {
-        self.resp == RespVersion::Resp2 && self.sub.as_ref().is_some_and(|s| s.count() > 0)
-    }
-
-    fn mailbox(&self) -> Option<Arc<Mailbox>> {
-        self.sub.as_ref().map(|s| s.mailbox.clone())
-    }
-}
 
 /// A piece of queued reply output.
 enum Segment {

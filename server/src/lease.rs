@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use strata_rdma::{ReadGuard, Refusal, TransportKind};
 use strata_tiering::Value;
 
-use crate::node::now_ms;
+use crate::clock::now_ms;
 
 /// Expired leases are swept this often (they are also refused lazily).
 pub const SWEEP_INTERVAL: Duration = Duration::from_millis(100);

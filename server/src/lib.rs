@@ -7,17 +7,20 @@
 //! requests and writes replies, `cmd/` has one file per command, `node`
 //! holds what all connections share, `metrics` and `http` export figures.
 
+pub mod clock;
 pub mod cluster;
 pub mod cma;
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod errors;
 pub mod http;
 pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod node;
 pub mod pubsub;
+pub mod session;
 pub mod tiers;
 
 use std::sync::Arc;

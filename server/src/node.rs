@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use strata_proto::Limits;
@@ -11,6 +11,7 @@ use strata_rdma::{DataPlane, Region, Transport};
 use strata_tiering::{Store, StoreConfig};
 use tokio::sync::Semaphore;
 
+use crate::clock::now_ms;
 use crate::cluster::peer::Peers;
 use crate::cluster::{repair, Cluster};
 use crate::config::Config;
@@ -377,14 +378,6 @@ fn join_host_port(host: &str, port: u16) -> String {
     } else {
         format!("{host}:{port}")
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch; TTLs are absolute times,
-/// as in Redis.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// This process's incarnation for its node record: its start time in ms

@@ -195,7 +195,7 @@ pub async fn promote(node: &Arc<Node>, keys: Vec<Bytes>, now_ms: u64) -> Result<
     }
     match first_error {
         None => Ok(()),
-        Some(PromoteError::Store(e)) => Err(crate::cmd::store_error(e)),
+        Some(PromoteError::Store(e)) => Err(crate::errors::store_error(e)),
         Some(PromoteError::Nvme(e)) => Err(CommandError::err(format!(
             "io: cannot read the value from the NVMe tier: {e}"
         ))),

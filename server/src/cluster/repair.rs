@@ -15,7 +15,8 @@ use std::sync::Arc;
 use strata_ring::{key_slot, Ring, SLOTS};
 
 use super::replicate;
-use crate::node::{now_ms, Node};
+use crate::clock::now_ms;
+use crate::node::Node;
 
 /// Nodes beyond the replica set asked during a read-through.
 const FETCH_EXTRA_HOLDERS: usize = 2;

@@ -17,7 +17,8 @@ use strata_rdma::Transport;
 use strata_ring::{key_slot, NodeRecord};
 use strata_tiering::Value;
 
-use crate::node::{now_ms, Node};
+use crate::clock::now_ms;
+use crate::node::Node;
 
 /// An internal lease covers the replica's pull of even a 512 MiB value.
 const PUSH_LEASE_MS: u64 = 60_000;

@@ -17,8 +17,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::clock::now_ms;
 use crate::cluster::replicate;
-use crate::node::{now_ms, Node};
+use crate::node::Node;
 
 /// Most keys remembered; beyond it the set is marked as overflowed and the
 /// count is a lower bound (repair on the next ring change still visits

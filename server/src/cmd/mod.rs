@@ -15,9 +15,10 @@ use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
 use strata_tiering::Value;
 
-use crate::connection::Session;
+pub use crate::errors::{store_error, transfer_error};
 use crate::node::Node;
 use crate::pubsub::keyspace::Event;
+use crate::session::Session;
 
 mod auth;
 mod client;
@@ -542,33 +543,10 @@ pub fn int_arg(b: &[u8]) -> Result<i64, CommandError> {
     strata_proto::request::parse_i64(b).ok_or_else(CommandError::not_integer)
 }
 
-/// Maps store errors to their stable codes.
-/// Maps data-plane errors to their stable codes.
-pub fn transfer_error(e: strata_rdma::TransferError) -> CommandError {
-    use strata_rdma::TransferError as T;
-    match e {
-        T::BadDescriptor(_) => CommandError::new(ErrorCode::BadDesc, e.to_string()),
-        T::Stale => CommandError::new(ErrorCode::Stale, e.to_string()),
-        T::TooLarge { .. } => CommandError::new(ErrorCode::TooLarge, e.to_string()),
-        T::Busy(_) => CommandError::new(ErrorCode::Busy, e.to_string()),
-        _ => CommandError::err(format!("io: {e}")),
-    }
-}
-
 /// Parses a descriptor argument.
 pub fn desc_arg(b: &[u8]) -> Result<strata_rdma::Descriptor, CommandError> {
     strata_rdma::Descriptor::parse(b)
         .map_err(|e| CommandError::new(ErrorCode::BadDesc, format!("descriptor: {e}")))
-}
-
-pub fn store_error(e: strata_tiering::StoreError) -> CommandError {
-    use strata_tiering::StoreError;
-    match e {
-        StoreError::TooLarge { .. } => CommandError::new(ErrorCode::TooLarge, e.to_string()),
-        StoreError::NoSpace { .. } => CommandError::new(ErrorCode::NoSpace, e.to_string()),
-        StoreError::Arena { .. } => CommandError::err(e.to_string()),
-        StoreError::Device(_) => CommandError::err(format!("io: {e}")),
-    }
 }
 
 /// Copies a key out of the request buffer: a stored key must not keep the

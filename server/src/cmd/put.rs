@@ -12,9 +12,10 @@ use strata_rdma::{Descriptor, Transport, TransportKind};
 use strata_tiering::{Condition, Expiry, Reservation};
 
 use super::{desc_arg, int_arg, own_key, store_error, transfer_error, Ctx, Out};
+use crate::clock::now_ms;
 use crate::cluster::replicate;
 use crate::metrics::Direction;
-use crate::node::{now_ms, Node};
+use crate::node::Node;
 use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {

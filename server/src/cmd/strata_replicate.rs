@@ -17,8 +17,8 @@ use strata_rdma::Transport;
 
 use super::put::pull;
 use super::{desc_arg, int_arg, own_key, store_error, Ctx, Out};
+use crate::clock::now_ms;
 use crate::metrics::Direction;
-use crate::node::now_ms;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if args.len() > 6 {
