@@ -6,11 +6,15 @@
 //! and while a node is down serves reads from replicas and retries writes
 //! on the new owner (`failover_timeout_ms`). A standalone node is a cluster
 //! of one. It runs its own data-plane listener
-//! ([`strata_rdma::tcp::TcpTransport`]). Payloads never
-//! cross the command connection on the zero-copy path: for a PUT the node
-//! pulls the bytes from a registered client [`Buffer`]; for a GET the node
-//! leases the value and the client pulls it into a registered buffer, then
-//! releases the lease. Inline `set`/`get` exist for small values and tools.
+//! ([`strata_rdma::tcp::TcpTransport`]). On the zero-copy path a payload
+//! moves between a registered client [`Buffer`] and the node's memory with
+//! no copy in user space: for a PUT the node pulls the bytes from the
+//! buffer; for a GET the node leases the value and the client pulls it into
+//! the buffer, then releases the lease. Over TCP, where such a pull costs a
+//! round trip more than a reply, a single value up to 1 MiB travels with
+//! the command instead, still straight from and into the buffer
+//! ([`ClientConfig::inline_put_max`], [`ClientConfig::inline_get_max`]).
+//! Inline `set`/`get` exist for small values and tools.
 //!
 //! ```no_run
 //! # async fn demo() -> strata_client::Result<()> {
