@@ -449,9 +449,9 @@ mod tests {
     }
 
     /// A scripted peer: writes `chunks` one by one with a pause between
-    /// them (so the client sees them as separate reads), then waits for
-    /// the client to hang up.
-    async fn scripted(chunks: Vec<Vec<u8>>) -> Conn {
+    /// them (so the client sees them as separate reads), then hangs up if
+    /// `close`, else waits for the client to.
+    async fn scripted(chunks: Vec<Vec<u8>>, close: bool) -> Conn {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -462,8 +462,10 @@ mod tests {
                 peer.write_all(&chunk).await.expect("write");
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            let mut rest = Vec::new();
-            let _ = peer.read_to_end(&mut rest).await;
+            if !close {
+                let mut rest = Vec::new();
+                let _ = peer.read_to_end(&mut rest).await;
+            }
         });
         Conn::connect(&addr, Duration::from_secs(10), None)
             .await
@@ -496,7 +498,7 @@ mod tests {
         let mut tail = b"\n$3\r\nabc\r\n$5\r\nhello\r\n*1\r\n$1\r\nx\r\n".to_vec();
         tail.extend_from_slice(b"$-1\r\n$4\r\nlast\r\n");
         script.push(tail);
-        let mut conn = scripted(script).await;
+        let mut conn = scripted(script, false).await;
         let mut dst = vec![0u8; 300_001];
         assert_eq!(
             placed(conn.recv_into(Some(sink_of(&mut dst))).await),
@@ -535,7 +537,11 @@ mod tests {
     /// CRLF is a protocol error, not bytes taken for the next reply.
     #[tokio::test]
     async fn placed_errors_and_malformed_bulks() {
-        let mut conn = scripted(vec![b"-NOTFOUND no such key\r\n$3\r\nabcXY".to_vec()]).await;
+        let mut conn = scripted(
+            vec![b"-NOTFOUND no such key\r\n$3\r\nabcXY".to_vec()],
+            false,
+        )
+        .await;
         let mut dst = [0u8; 8];
         let e = conn.recv_into(Some(sink_of(&mut dst))).await.unwrap_err();
         assert!(matches!(e, Error::NotFound), "{e:?}");
@@ -547,22 +553,8 @@ mod tests {
     /// unusable (it stopped inside a reply).
     #[tokio::test]
     async fn peer_gone_mid_payload_poisons_the_connection() {
-        let mut script = vec![b"$100000\r\n".to_vec(), vec![7u8; 50_000]];
-        script.push(Vec::new());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            let (mut peer, _) = listener.accept().await.expect("accept");
-            for chunk in script {
-                peer.write_all(&chunk).await.expect("write");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-        let mut conn = Conn::connect(&addr, Duration::from_secs(10), None)
-            .await
-            .expect("connect");
+        let script = vec![b"$100000\r\n".to_vec(), vec![7u8; 50_000]];
+        let mut conn = scripted(script, true).await;
         let mut dst = vec![0u8; 100_000];
         let e = conn.recv_into(Some(sink_of(&mut dst))).await.unwrap_err();
         assert!(matches!(e, Error::Io(_)), "{e:?}");
