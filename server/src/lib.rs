@@ -35,7 +35,9 @@ const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Runs a node until SIGINT or SIGTERM.
 pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
-    let node = Arc::new(Node::start(cfg).await.context("cannot start the node")?);
+    let commands: Vec<&str> = cmd::COMMANDS.iter().map(|c| c.name).collect();
+    let node = Node::start(cfg, &commands).await;
+    let node = Arc::new(node.context("cannot start the node")?);
     tiers::publish_tier_events(&node);
     let resp = listener::bind(&node).await?;
     let http = if node.cfg.metrics_port != 0 {

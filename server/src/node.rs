@@ -85,8 +85,9 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// Maps the arena, starts the data plane and registers the arena with
-    /// it. Must run inside the tokio runtime.
-    pub async fn start(cfg: Config) -> anyhow::Result<Node> {
+    /// it; `commands` names the commands its metrics count (`cmd`'s table,
+    /// which this module never imports). Must run inside the tokio runtime.
+    pub async fn start(cfg: Config, commands: &[&str]) -> anyhow::Result<Node> {
         let gpu = if cfg.gpu_memory_pool_size == 0 {
             None
         } else {
@@ -171,7 +172,7 @@ impl Node {
             request_budget: Arc::new(Semaphore::new(
                 (cfg.max_buffered_requests_size / 1024) as usize,
             )),
-            metrics: Metrics::new(),
+            metrics: Metrics::new(commands),
             pubsub: crate::pubsub::Hub::new(
                 cfg.pubsub_output_buffer_limit,
                 crate::pubsub::keyspace::Flags::parse(&cfg.notify_keyspace_events)

@@ -15,13 +15,13 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::cmd::COMMANDS;
 use crate::node::Node;
 
 mod flows;
 pub use flows::{Direction, Prefixes, Transfers};
 
-/// Per-command figures, indexed like [`COMMANDS`].
+/// Per-command figures, in the order of the names the metrics were made
+/// with (`cmd::COMMANDS`).
 #[derive(Debug)]
 pub struct CommandStats {
     pub calls: AtomicU64,
@@ -177,7 +177,9 @@ pub(crate) static META: Metadata<'static> =
     Metadata::new("strata", Level::INFO, Some(module_path!()));
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    /// The node's figures; `commands` names the commands it counts, in
+    /// the order their [`CommandStats`] are indexed.
+    pub fn new(commands: &[&str]) -> Metrics {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(
                 Matcher::Full("strata_command_seconds".into()),
@@ -383,10 +385,10 @@ impl Metrics {
             Some(Unit::Seconds),
             "Time to execute a command (excluding network), by command.".into(),
         );
-        let commands = COMMANDS
+        let commands = commands
             .iter()
-            .map(|spec| {
-                let labels = || vec![Label::new("cmd", spec.name.to_ascii_lowercase())];
+            .map(|name| {
+                let labels = || vec![Label::new("cmd", name.to_ascii_lowercase())];
                 CommandStats {
                     calls: AtomicU64::new(0),
                     errors: AtomicU64::new(0),
@@ -798,11 +800,5 @@ impl Metrics {
         // Keep the recorder alive for as long as the handles are used.
         let _ = &self.recorder;
         self.handle.render()
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }
