@@ -172,6 +172,39 @@ fn info_has_a_server_section() {
     });
 }
 
+/// Each command is counted under its own name, the same in `/metrics`
+/// and `INFO commandstats`, failures apart.
+#[test]
+fn commands_are_counted_by_name() {
+    let server = Server::start(&[]);
+    let mut con = server.client(false);
+    for i in 0..3 {
+        set(&mut con, format!("cnt-{i}").as_bytes(), b"v");
+    }
+    assert_eq!(get(&mut con, b"cnt-0").as_deref(), Some(&b"v"[..]));
+    let bad: redis::RedisResult<Value> = redis::cmd("EXPIRE")
+        .arg("cnt-0")
+        .arg("soon")
+        .query(&mut con);
+    assert!(bad.is_err());
+    assert_eq!(server.metric("strata_commands_total{cmd=\"set\"}"), 3.0);
+    assert_eq!(server.metric("strata_commands_total{cmd=\"get\"}"), 1.0);
+    assert_eq!(
+        server.metric("strata_command_errors_total{cmd=\"expire\"}"),
+        1.0
+    );
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    assert!(stats.contains("cmdstat_set:calls=3,"), "{stats}");
+    assert!(stats.contains("cmdstat_get:calls=1,"), "{stats}");
+    assert!(
+        stats.contains("cmdstat_expire:calls=1,") && stats.contains("failed_calls=1"),
+        "{stats}"
+    );
+}
+
 #[test]
 fn hello_3_describes_strata() {
     each_protocol(|con, _| {
