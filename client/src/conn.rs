@@ -36,8 +36,6 @@ const READ_BUF_KEEP_BYTES: usize = 1 << 20;
 /// 3-10 % faster than a 16 KiB head read and a `readv` for the rest, and
 /// cost 256 KiB-1 MiB values 3-6 % (docs/BENCHMARKS.md §2e).
 const PLACED_HEAD_BYTES: usize = 64 * 1024 + 64;
-/// Longest `$<len>\r\n` header of a bulk reply: 20 digits and the framing.
-const BULK_HEADER_MAX: usize = 23;
 
 /// Memory a bulk reply may be written into straight from the socket: the
 /// destination a caller lent to one request, outside every buffer of the
@@ -324,32 +322,18 @@ fn wanted_bytes(buf: &[u8]) -> usize {
 /// starts. Only well-formed headers of non-negative length count: nil and
 /// anything odd go to the decoder, which reports them as usual.
 fn bulk_head(buf: &[u8]) -> Head {
-    let Some(rest) = buf.strip_prefix(b"$") else {
-        return if buf.is_empty() {
-            Head::Incomplete
-        } else {
-            Head::Other
-        };
-    };
-    let Some(cr) = rest.iter().position(|&b| b == b'\r') else {
-        return if buf.len() < BULK_HEADER_MAX {
-            Head::Incomplete
-        } else {
-            Head::Other
-        };
-    };
-    let digits = &rest[..cr];
-    let len = match std::str::from_utf8(digits)
-        .ok()
-        .and_then(|d| d.parse::<usize>().ok())
-    {
-        Some(len) if digits.iter().all(u8::is_ascii_digit) => len,
-        _ => return Head::Other,
-    };
-    match rest.get(cr + 1) {
+    match buf.first() {
+        None => return Head::Incomplete,
+        Some(b'$') => {}
+        Some(_) => return Head::Other,
+    }
+    match strata_proto::request::header(buf) {
         None => Head::Incomplete,
-        Some(b'\n') => Head::Bulk { len, at: cr + 3 },
-        Some(_) => Head::Other,
+        Some(Ok((len, at))) => match usize::try_from(len) {
+            Ok(len) => Head::Bulk { len, at },
+            Err(_) => Head::Other,
+        },
+        Some(Err(())) => Head::Other,
     }
 }
 
@@ -444,7 +428,7 @@ mod tests {
             b"$\r\n",
             b"*3\r\n",
             b"-ERR no\r\n",
-            b"$123456789012345678901234567890",
+            b"$1234567890123456789012345678901234567890",
             b"$99999999999999999999999\r\n",
         ] {
             assert_eq!(head(other), "other", "{other:?}");

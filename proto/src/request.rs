@@ -95,8 +95,11 @@ pub enum Scan {
     Error(ProtocolError),
 }
 
-/// Parses `<int>\r\n` at `buf[1..]`; returns the value and the header length.
-fn header(buf: &[u8]) -> Option<Result<(i64, usize), ()>> {
+/// Parses `<int>\r\n` at `buf[1..]` (the length line of an array or bulk
+/// string, after its type byte); returns the value and the header length.
+/// `None`: not all there yet; `Err`: malformed. Replies use the same lines,
+/// so the client reads bulk replies' headers with it too.
+pub fn header(buf: &[u8]) -> Option<Result<(i64, usize), ()>> {
     let window = &buf[..buf.len().min(MAX_HEADER_LEN)];
     let Some(cr) = window.iter().position(|&b| b == b'\r') else {
         return if buf.len() >= MAX_HEADER_LEN {
