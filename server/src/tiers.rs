@@ -166,6 +166,64 @@ fn nvme_open_error(path: &std::path::Path, e: NvmeError) -> anyhow::Error {
     )
 }
 
+/// Which keys below DRAM a command needs read back before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promote {
+    /// Every key it names (it reads or changes values).
+    All,
+    /// Only keys the NVMe index cannot answer for (it asks existence).
+    Unknown,
+    None,
+}
+
+/// The keys a command names that are missing from DRAM, and where they
+/// are: below it (NVMe), or on the nodes that held them before a ring
+/// change that is still settling.
+pub struct BringIn {
+    /// On NVMe: promoted (see [`promote`]).
+    pub below: Vec<Bytes>,
+    /// On other nodes: fetched (`cluster::repair::fetch`).
+    pub elsewhere: Vec<Bytes>,
+}
+
+impl BringIn {
+    /// What to bring in before a command on `keys` runs: keys below DRAM
+    /// as `promote` says, and with `peers` while a ring change is
+    /// settling, keys this node does not hold at all. `None`: nothing.
+    pub fn plan(
+        node: &Node,
+        keys: &[Bytes],
+        promote: Promote,
+        peers: bool,
+        now_ms: u64,
+    ) -> Option<BringIn> {
+        let transition = peers && node.in_transition();
+        let spill = node.spill.as_ref().filter(|_| promote != Promote::None);
+        if !transition && spill.is_none() {
+            return None;
+        }
+        let (mut below, mut elsewhere) = (Vec::new(), Vec::new());
+        for k in keys.iter().filter(|k| !node.store.exists(k, now_ms)) {
+            let is_below = match (spill, promote) {
+                (None, _) => false,
+                (Some(s), Promote::Unknown) => match s.exists_below(k, now_ms) {
+                    // Answered from the NVMe index: nothing to bring in.
+                    Some(true) => continue,
+                    Some(false) => false,
+                    None => true,
+                },
+                (Some(s), _) => s.contains(k),
+            };
+            if is_below {
+                below.push(k.clone());
+            } else if transition {
+                elsewhere.push(k.clone());
+            }
+        }
+        (!below.is_empty() || !elsewhere.is_empty()).then_some(BringIn { below, elsewhere })
+    }
+}
+
 /// Promotes `keys` from NVMe into DRAM. The first failure is the request's
 /// reply: `-NOSPACE` when DRAM has no room, `-ERR io` for a device error or
 /// damaged bytes (never the bytes themselves).

@@ -19,6 +19,7 @@ pub use crate::errors::{store_error, transfer_error};
 use crate::node::Node;
 use crate::pubsub::keyspace::Event;
 use crate::session::Session;
+use crate::tiers::{BringIn, Promote};
 
 mod auth;
 mod client;
@@ -182,43 +183,14 @@ impl Ctx<'_> {
         if self.rerun || self.internal {
             return None;
         }
-        let transition = peers && self.node.in_transition();
-        let spill = self
-            .node
-            .spill
-            .as_ref()
-            .filter(|_| promote != Promote::None);
-        if !transition && spill.is_none() {
-            return None;
-        }
-        let now = self.now_ms;
-        let (mut below, mut elsewhere) = (Vec::new(), Vec::new());
-        for k in keys.iter().filter(|k| !self.node.store.exists(k, now)) {
-            let is_below = match (spill, promote) {
-                (None, _) => false,
-                (Some(s), Promote::Unknown) => match s.exists_below(k, now) {
-                    // Answered from the NVMe index: nothing to bring in.
-                    Some(true) => continue,
-                    Some(false) => false,
-                    None => true,
-                },
-                (Some(s), _) => s.contains(k),
-            };
-            if is_below {
-                below.push(k.clone());
-            } else if transition {
-                elsewhere.push(k.clone());
-            }
-        }
-        if below.is_empty() && elsewhere.is_empty() {
-            return None;
-        }
+        let plan = BringIn::plan(self.node, keys, promote, peers, self.now_ms)?;
         let node = self.node.clone();
+        let now = self.now_ms;
         Some(Out::Rerun(Box::pin(async move {
-            if !elsewhere.is_empty() {
-                crate::cluster::repair::fetch(&node, elsewhere).await;
+            if !plan.elsewhere.is_empty() {
+                crate::cluster::repair::fetch(&node, plan.elsewhere).await;
             }
-            crate::tiers::promote(&node, below, now).await
+            crate::tiers::promote(&node, plan.below, now).await
         })))
     }
 
@@ -306,16 +278,6 @@ impl Ctx<'_> {
             reply
         }))
     }
-}
-
-/// Which keys below DRAM a command needs read back before it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Promote {
-    /// Every key it names (it reads or changes values).
-    All,
-    /// Only keys the NVMe index cannot answer for (it asks existence).
-    Unknown,
-    None,
 }
 
 /// How a command is dispatched and described.
