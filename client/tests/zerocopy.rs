@@ -357,6 +357,10 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
             );
             assert!(dst.as_slice()[..7].iter().all(|&b| b == 0), "{key}");
         }
+        // The node counts a read once its write returns, which can be
+        // after the reader has every byte.
+        let want = before + singles;
+        wait_for(Duration::from_secs(5), || async { served().await >= want }).await;
         assert_eq!(served().await - before, singles, "single GETs");
         let before = served().await;
         let mut bufs: Vec<_> = sizes.iter().map(|&l| c.alloc(l).expect("alloc")).collect();
@@ -371,6 +375,8 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
         for ((key, b, _), len) in items.iter().zip(sizes) {
             assert!(b.as_slice() == &pattern(key.as_bytes(), len)[..], "{key}");
         }
+        let want = before + batched;
+        wait_for(Duration::from_secs(5), || async { served().await >= want }).await;
         assert_eq!(served().await - before, batched, "a batch");
         // A destination too small is refused the same way inline or not.
         let mut small = c.alloc(10).expect("alloc");
@@ -415,6 +421,10 @@ async fn small_puts_go_inline_and_large_ones_are_pulled() {
             let stored = c.put_from_nx(key.as_bytes(), &src, 5..5 + len).await;
             assert!(!stored.expect("put nx"), "{key}: NX over an existing key");
         }
+        // Counted once the write of a read returns, maybe after the node
+        // has acknowledged the PUT.
+        let want = before + pulls;
+        wait_for(Duration::from_secs(5), || async { served() >= want }).await;
         assert_eq!(served() - before, pulls, "{name}: data-plane reads");
     }
 }
