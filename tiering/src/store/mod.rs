@@ -44,8 +44,10 @@ mod index;
 #[cfg(test)]
 mod index_tests;
 mod placement;
+mod slot;
 pub(crate) use index::scan_hash;
 use index::{Entry, Index, LruCursor};
+use slot::{Cells, GpuPool, Shared, Slot, SlotRef};
 
 /// Store-wide settings, validated by the caller.
 #[derive(Debug, Clone)]
@@ -234,98 +236,6 @@ pub struct GpuStats {
     pub errors: u64,
 }
 
-/// A value's memory; freed when the last reference goes. Kept to 48
-/// bytes, so that with its reference count it is one 64-byte heap chunk:
-/// a node holds one per key. What can be derived is not stored: the
-/// chunk's size follows from `len`, the creation time from `version`.
-struct Slot {
-    shared: Arc<Shared>,
-    /// Start of the value in its pool (see [`Slot::chunk`]).
-    offset: u64,
-    len: u64,
-    epoch: u64,
-    version: u64,
-    checksum: u32,
-    /// Which pool the value is in.
-    place: Tier,
-    /// Counted in its pool's `value_bytes` (a staged copy is not).
-    counted: bool,
-    /// Read back from the lower tier and unchanged since: the lower tier
-    /// still holds these very bytes (unless it dropped them), so evicting
-    /// the value needs no new write.
-    clean: bool,
-}
-
-/// A shared reference to a value. `triomphe`'s `Arc` has no weak count:
-/// eight bytes less per key than `std`'s, which is what keeps a slot in
-/// one 64-byte chunk.
-type SlotRef = triomphe::Arc<Slot>;
-
-const _: () = assert!(std::mem::size_of::<Slot>() <= 48);
-
-impl Slot {
-    /// The same value over another chunk: moved between pools (`counted`
-    /// in its new pool), or a reader's private copy (not counted, and not
-    /// `clean`: evicting it is never asked).
-    fn copy_at(&self, place: Tier, chunk: Chunk, counted: bool) -> SlotRef {
-        SlotRef::new(Slot {
-            shared: self.shared.clone(),
-            offset: chunk.offset,
-            len: self.len,
-            epoch: self.epoch,
-            version: self.version,
-            checksum: self.checksum,
-            place,
-            counted,
-            clean: self.clean && counted,
-        })
-    }
-
-    /// The chunk the value occupies (as its pool's allocator handed it out
-    /// for `len` bytes).
-    fn chunk(&self) -> Chunk {
-        SlabAllocator::chunk_at(self.offset, self.len)
-    }
-
-    /// When the write was accepted, on the node that accepted it: the
-    /// millisecond part of the version. Copies on other nodes and values
-    /// read back from the lower tier keep it.
-    fn created_ms(&self) -> u64 {
-        self.version >> 20
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let (alloc, value_bytes) = match (self.place, &self.shared.gpu) {
-            (Tier::Gpu, Some(gpu)) => (&gpu.alloc, &gpu.value_bytes),
-            _ => (&self.shared.alloc, &self.shared.value_bytes),
-        };
-        alloc.lock().free(self.chunk());
-        if self.counted {
-            value_bytes.fetch_sub(self.len, Relaxed);
-        }
-    }
-}
-
-/// What every slot needs to free itself: the pools and their allocators.
-struct Shared {
-    /// Declared before the arena so that it is dropped first: the device
-    /// unpins the arena before it is unmapped.
-    gpu: Option<GpuPool>,
-    arena: Arena,
-    alloc: Mutex<SlabAllocator>,
-    value_bytes: AtomicU64,
-}
-
-/// The GPU tier: device memory carved by the same allocator as the arena.
-struct GpuPool {
-    device: Arc<dyn DeviceMemory>,
-    alloc: Mutex<SlabAllocator>,
-    value_bytes: AtomicU64,
-    watermark_bytes: u64,
-}
-
 /// A pinned, readable value. Holding it keeps the bytes valid and unchanged.
 #[derive(Clone)]
 pub struct Value {
@@ -349,7 +259,7 @@ impl Value {
         // no one writes to a committed chunk.
         unsafe {
             self.slot
-                .shared
+                .shared()
                 .arena
                 .slice(self.slot.offset, self.slot.len)
         }
@@ -377,7 +287,7 @@ impl Value {
 
     /// Address of the first byte, for handing out descriptors.
     pub fn addr(&self) -> usize {
-        self.slot.shared.arena.base_addr() + self.slot.offset as usize
+        self.slot.shared().arena.base_addr() + self.slot.offset as usize
     }
 }
 
@@ -506,6 +416,7 @@ impl Store {
                 alloc: Mutex::new(SlabAllocator::new(cfg.capacity_bytes)),
                 arena,
                 value_bytes: AtomicU64::new(0),
+                cells: Mutex::new(Cells::new()),
             }),
             index: Mutex::new(Index::default()),
             watermark_bytes,
@@ -765,17 +676,19 @@ impl Store {
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
         let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
-        SlotRef::new(Slot {
-            shared: self.shared.clone(),
-            offset: chunk.offset,
-            len: res.len,
-            epoch,
-            version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
-            checksum,
-            place: Tier::Dram,
-            counted: true,
-            clean,
-        })
+        SlotRef::new(
+            &self.shared,
+            Slot {
+                offset: chunk.offset,
+                len: res.len,
+                epoch,
+                version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
+                checksum,
+                place: Tier::Dram,
+                counted: true,
+                clean,
+            },
+        )
     }
 
     /// Publishes a copy received from another node if it is newer than
