@@ -319,12 +319,14 @@ impl Client {
         chunk: &[(K, &Buffer, Range<usize>)],
     ) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = Vec::with_capacity(chunk.len());
-        // (item, descriptor) of the pairs that go out.
-        let mut sent: Vec<(usize, Descs)> = Vec::with_capacity(chunk.len());
+        // (item, descriptor, payload if it may go inline) of the pairs
+        // that go out.
+        let mut sent: Vec<(usize, Descs, Option<&[u8]>)> = Vec::with_capacity(chunk.len());
         for (i, (_, buf, range)) in chunk.iter().enumerate() {
             match self.descs(buf.region(), range.clone()) {
                 Ok(d) => {
-                    sent.push((i, d));
+                    let inline = self.inline_put(buf.region(), range.clone());
+                    sent.push((i, d, inline));
                     results.push(Ok(()));
                 }
                 Err(e) => results.push(Err(e)),
@@ -332,32 +334,80 @@ impl Client {
         }
         let slots: Vec<u16> = sent
             .iter()
-            .map(|(i, _)| key_slot(chunk[*i].0.as_ref()))
+            .map(|(i, _, _)| key_slot(chunk[*i].0.as_ref()))
             .collect();
         let sent = &sent;
-        let retries = self.cfg.retry_attempts;
         let outcomes = self
             .router
             .routed_batch(&slots, Access::Write, Idempotent::Yes, |node, idx| {
+                // Over TCP, small payloads go as pipelined SETs written
+                // from the buffers (one round trip, as `put_from`); the
+                // rest as one MPUT whose payloads the node pulls, after
+                // the SETs in the same write.
                 let cma = node.cma_put();
-                let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * idx.len());
-                args.push(b"MPUT");
-                for &j in &idx {
-                    let (i, desc) = &sent[j];
-                    args.push(chunk[*i].0.as_ref());
-                    args.push(desc.pick(cma).as_bytes());
+                // Positions in `idx`.
+                let (sets, pulled): (Vec<usize>, Vec<usize>) =
+                    (0..idx.len()).partition(|&p| !cma && sent[idx[p]].2.is_some());
+                let mut commands: Vec<Vec<&[u8]>> = sets
+                    .iter()
+                    .map(|&p| {
+                        let (i, _, value) = &sent[idx[p]];
+                        vec![
+                            b"SET" as &[u8],
+                            chunk[*i].0.as_ref(),
+                            value.expect("partitioned"),
+                        ]
+                    })
+                    .collect();
+                if !pulled.is_empty() {
+                    let mut mput: Vec<&[u8]> = Vec::with_capacity(1 + 2 * pulled.len());
+                    mput.push(b"MPUT");
+                    for &p in &pulled {
+                        let (i, desc, _) = &sent[idx[p]];
+                        mput.push(chunk[*i].0.as_ref());
+                        mput.push(desc.pick(cma).as_bytes());
+                    }
+                    commands.push(mput);
                 }
                 async move {
-                    match node.call(&args, Idempotent::Yes, retries).await? {
-                        BytesFrame::Array(replies) if replies.len() == idx.len() => {
-                            Ok(replies.into_iter().map(mput_pair).collect())
-                        }
-                        other => Err(unexpected("one reply per MPUT pair", &other)),
+                    let commands: Vec<&[&[u8]]> = commands.iter().map(Vec::as_slice).collect();
+                    let mut replies = node.exchange(&commands, Idempotent::Yes).await?;
+                    let mput = match pulled.is_empty() {
+                        true => Vec::new(),
+                        false => match replies.pop() {
+                            Some(Ok(BytesFrame::Array(r))) if r.len() == pulled.len() => {
+                                r.into_iter().map(mput_pair).collect()
+                            }
+                            Some(Err(e)) => pulled.iter().map(|_| Err(e.duplicate())).collect(),
+                            Some(Ok(other)) => {
+                                let e = unexpected("one reply per MPUT pair", &other);
+                                pulled.iter().map(|_| Err(e.duplicate())).collect()
+                            }
+                            None => return Err(Error::Protocol("no reply to MPUT".into())),
+                        },
+                    };
+                    // One result per index of `idx`, in its order.
+                    let mut out: Vec<Option<Result<()>>> = idx.iter().map(|_| None).collect();
+                    let set_results = replies
+                        .into_iter()
+                        .map(|r| r.and_then(expect_ok).and_then(set_stored));
+                    for (p, r) in sets
+                        .into_iter()
+                        .zip(set_results)
+                        .chain(pulled.into_iter().zip(mput))
+                    {
+                        out[p] = Some(r);
                     }
+                    Ok(out
+                        .into_iter()
+                        .map(|r| {
+                            r.unwrap_or_else(|| Err(Error::Protocol("no reply for a pair".into())))
+                        })
+                        .collect())
                 }
             })
             .await;
-        for ((i, _), outcome) in sent.iter().zip(outcomes) {
+        for ((i, _, _), outcome) in sent.iter().zip(outcomes) {
             results[*i] = outcome;
         }
         results
@@ -1059,6 +1109,14 @@ fn count(n: i64) -> Result<usize> {
 }
 
 /// One MPUT pair's reply.
+/// A SET without NX always stores or fails.
+fn set_stored(stored: bool) -> Result<()> {
+    match stored {
+        true => Ok(()),
+        false => Err(Error::Protocol("nil reply to SET without NX".into())),
+    }
+}
+
 fn mput_pair(reply: BytesFrame) -> Result<()> {
     match reply {
         BytesFrame::Error(text) => Err(Error::from_reply(&text)),

@@ -59,9 +59,11 @@ pub struct ClientConfig {
     /// TCP send the payload with the command (`SET key value`, written
     /// straight from the buffer, which the node streams into its arena):
     /// one round trip, where the node's pull from this client's data plane
-    /// would add one. Never over cross-memory attach or RDMA, and not for
-    /// batches (`put_many`: one `MPUT` whose payloads the node pulls in
-    /// one round trip per connection). 0: every value by the data plane.
+    /// would add one. Never over cross-memory attach or RDMA. Batches
+    /// (`put_many`) send such values as pipelined SETs in one write (32 x
+    /// 64 KiB 1.5x, 8 x 1 MiB 1.2x faster than a pulled `MPUT`; 4 x 4 MiB
+    /// the same: docs/BENCHMARKS.md §2b); larger values go in one `MPUT`
+    /// whose payloads the node pulls. 0: every value by the data plane.
     pub inline_put_max: u64,
     /// Congestion control of this client's command connections and data
     /// plane (its senders: SET payloads, and PUT payloads the nodes pull),

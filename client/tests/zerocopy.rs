@@ -389,7 +389,7 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
 /// PUTs over TCP of values up to `inline_put_max` carry their payload in
 /// the command (the node never dials this client's data plane), larger
 /// ones are pulled; with the limit at 0 every PUT is pulled. NX keeps its
-/// meaning either way, and every byte lands.
+/// meaning either way, and every byte lands, alone or in a mixed batch.
 #[tokio::test]
 async fn small_puts_go_inline_and_large_ones_are_pulled() {
     let node = Node::start(&[]);
@@ -426,6 +426,44 @@ async fn small_puts_go_inline_and_large_ones_are_pulled() {
         let want = before + pulls;
         wait_for(Duration::from_secs(5), || async { served() >= want }).await;
         assert_eq!(served() - before, pulls, "{name}: data-plane reads");
+
+        // A batch: the values up to the limit as pipelined SETs, the rest
+        // in one MPUT (one read per pulled value), each byte where it
+        // belongs whatever way it went.
+        let before = served();
+        let keys: Vec<String> = sizes.iter().map(|l| format!("{name}-batch-{l}")).collect();
+        let total: usize = sizes.iter().sum();
+        let mut src = c.alloc(total + 3).expect("alloc");
+        let mut ranges = Vec::new();
+        let mut at = 3;
+        for (key, &len) in keys.iter().zip(&sizes) {
+            src.as_mut_slice()[at..at + len].copy_from_slice(&pattern(key.as_bytes(), len));
+            ranges.push(at..at + len);
+            at += len;
+        }
+        let items: Vec<_> = keys
+            .iter()
+            .zip(&ranges)
+            .map(|(k, r)| (k.as_str(), &src, r.clone()))
+            .collect();
+        for (r, key) in c.put_many(&items).await.into_iter().zip(&keys) {
+            r.unwrap_or_else(|e| panic!("{key}: {e}"));
+        }
+        for (key, &len) in keys.iter().zip(&sizes) {
+            let got = c.get(key.as_bytes()).await.expect("get").expect("present");
+            assert!(got[..] == pattern(key.as_bytes(), len)[..], "{key}");
+        }
+        let pulled_in_batch = sizes
+            .iter()
+            .filter(|&&l| l > 0 && l as u64 > c.config().inline_put_max)
+            .count() as u64;
+        let want = before + pulled_in_batch;
+        wait_for(Duration::from_secs(5), || async { served() >= want }).await;
+        assert_eq!(
+            served() - before,
+            pulled_in_batch,
+            "{name}: a batch's data-plane reads"
+        );
     }
 }
 
@@ -437,5 +475,33 @@ fn pieces(len: usize) -> u64 {
     match len {
         0 => 0,
         _ => (len / piece).clamp(1, strata_rdma::tcp::CONNS_PER_PEER_MAX) as u64,
+    }
+}
+
+/// A batch of inline PUTs far larger than the socket's buffers goes out
+/// in one vectored write that the kernel takes piece by piece: every
+/// value lands whole, none on the data plane.
+#[tokio::test]
+async fn an_inline_batch_larger_than_the_socket_buffers_lands_whole() {
+    let node = Node::start(&["--cpu-memory-pool-size", "256MiB"]);
+    let c = node.network_client().await;
+    let n = 48;
+    let keys: Vec<String> = (0..n).map(|i| format!("big-batch-{i}")).collect();
+    let mut src = c.alloc(n * MIB).expect("alloc");
+    for (key, chunk) in keys.iter().zip(src.as_mut_slice().chunks_mut(MIB)) {
+        chunk.copy_from_slice(&pattern(key.as_bytes(), MIB));
+    }
+    let items: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), &src, i * MIB..(i + 1) * MIB))
+        .collect();
+    for (r, key) in c.put_many(&items).await.into_iter().zip(&keys) {
+        r.unwrap_or_else(|e| panic!("{key}: {e}"));
+    }
+    assert_eq!(c.data_plane_stats().reads_served.load(Ordering::SeqCst), 0);
+    for key in &keys {
+        let got = c.get(key.as_bytes()).await.expect("get").expect("present");
+        assert!(got[..] == pattern(key.as_bytes(), MIB)[..], "{key}");
     }
 }
