@@ -88,7 +88,7 @@ async fn handle(node: &Node, mut sock: TcpStream) -> std::io::Result<()> {
     let path = path.split(|&b| b == b'?').next().unwrap_or_default();
     match path {
         b"/metrics" => {
-            let body = node.metrics.render(node);
+            let body = node.metrics.render(&node.scrape());
             respond(&mut sock, "200 OK", "text/plain; version=0.0.4", &body).await
         }
         b"/health" => {

@@ -38,7 +38,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     let commands: Vec<&str> = cmd::COMMANDS.iter().map(|c| c.name).collect();
     let node = Node::start(cfg, &commands).await;
     let node = Arc::new(node.context("cannot start the node")?);
-    tiers::publish_tier_events(&node);
+    node.publish_tier_events();
     let resp = listener::bind(&node).await?;
     let http = if node.cfg.metrics_port != 0 {
         Some(http::bind(&node).await?)
@@ -60,13 +60,13 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     node.spawn_expiry();
     node.spawn_metrics_upkeep();
     node.spawn_lease_sweeper();
-    node.spawn_sweeper();
+    cluster::repair::spawn_sweeper(&node);
     if let Some(http) = http {
         tokio::spawn(http::serve(node.clone(), http));
     }
     if !node.cfg.standalone() {
         tokio::spawn(cluster::membership::run(node.clone()));
-        tokio::spawn(cluster::under_replicated::retry_loop(node.clone()));
+        tokio::spawn(cluster::replicate::retry_loop(node.clone()));
     }
     let result = tokio::select! {
         r = listener::serve(node.clone(), resp) => r,
@@ -78,8 +78,8 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     if !node.cfg.standalone() {
         cluster::membership::leave(&node).await;
     }
-    if let Some(spill) = &node.spill {
-        tiers::shut_down(&node, spill, SHUTDOWN_DRAIN).await;
+    if let Some(lower) = &node.lower {
+        tiers::shut_down(&node.store, lower, SHUTDOWN_DRAIN).await;
     }
     result
 }

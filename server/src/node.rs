@@ -13,20 +13,11 @@ use tokio::sync::Semaphore;
 
 use crate::clock::now_ms;
 use crate::cluster::peer::Peers;
-use crate::cluster::{repair, Cluster};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::lease::{LeaseGuard, Leases, SWEEP_INTERVAL};
 use crate::metrics::Metrics;
 
-/// After a ring change, misses are read through to the previous holders
-/// for this long: other nodes' repairs may still be pushing keys here.
-const TRANSITION_GRACE_MS: u64 = 30_000;
-/// A repair that left copies missing runs again after this, doubling up
-/// to the max, until it completes or a newer ring takes over.
-const REPAIR_RETRY_FIRST: Duration = Duration::from_millis(500);
-const REPAIR_RETRY_MAX: Duration = Duration::from_secs(10);
-/// How often a cluster member looks for copies it should not hold.
-const ANTI_ENTROPY_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a cluster member remembers a delete.
 const TOMBSTONE_MS: u64 = 10 * 60 * 1000;
 /// Latency samples are folded into histograms this often.
@@ -57,12 +48,6 @@ pub struct Node {
     pub cluster: Cluster,
     /// RESP connections to other nodes.
     pub peers: Peers,
-    /// Bumped on every ring change; a repair stops when it is not current.
-    repair_generation: AtomicU64,
-    /// When the ring last changed (Unix ms).
-    last_ring_change_ms: AtomicU64,
-    /// The last ring every local key was repaired against.
-    repaired_ring: parking_lot::Mutex<Arc<strata_ring::Ring>>,
     pub metrics: Metrics,
     /// Pub/sub channels and keyspace notifications.
     pub pubsub: crate::pubsub::Hub,
@@ -164,9 +149,6 @@ impl Node {
         let cluster = Cluster::new(me, cfg.standalone());
         Ok(Node {
             peers: Peers::new(cfg.requirepass.clone()),
-            repair_generation: AtomicU64::new(0),
-            last_ring_change_ms: AtomicU64::new(0),
-            repaired_ring: parking_lot::Mutex::new(Arc::new(strata_ring::Ring::new(Vec::new()))),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
             request_budget: Arc::new(Semaphore::new(
@@ -191,6 +173,27 @@ impl Node {
             started: Instant::now(),
             next_client_id: AtomicU64::new(1),
         })
+    }
+
+    /// Every figure `/metrics` shows that the metrics do not count
+    /// themselves.
+    pub fn scrape(&self) -> crate::metrics::Scrape<'_> {
+        let under = &self.cluster.under_replicated;
+        crate::metrics::Scrape {
+            store: self.store.stats(),
+            connected_clients: self.connected_clients(),
+            request_buffer_bytes: self.request_buffer_bytes(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            leases_out: self.leases.len() as u64,
+            ring_nodes: self.cluster.ring().len() as u64,
+            etcd_healthy: self.cluster.etcd_healthy.load(Relaxed),
+            under_replicated_keys: under.len() as u64,
+            under_replicated_writes: under.writes_total.load(Relaxed),
+            transport: self.transport.stats(),
+            cma: self.cma.as_deref(),
+            spill: self.spill.as_ref().map(|s| s.stats()),
+            pubsub: &self.pubsub,
+        }
     }
 
     /// Bytes of requests counted against `max_buffered_requests_size`.
@@ -230,7 +233,21 @@ impl Node {
         (self.cfg.max_connections as usize - self.conn_slots.available_permits()) as u64
     }
 
-    /// Removes expired keys that nobody reads, in bounded batches.
+    /// Tells the node's subscribers of evictions, tier moves and expiries
+    /// inside the store (keyspace notifications). The store holds the
+    /// observer, so it holds the node weakly.
+    pub fn publish_tier_events(self: &Arc<Self>) {
+        struct Events(std::sync::Weak<Node>);
+        impl strata_tiering::Observer for Events {
+            fn tier_event(&self, event: strata_tiering::TierEvent, key: &[u8]) {
+                if let Some(node) = self.0.upgrade() {
+                    node.notify_owned(crate::pubsub::keyspace::Event::from_tier(event), key);
+                }
+            }
+        }
+        self.store.observe(Arc::new(Events(Arc::downgrade(self))));
+    }
+
     /// Sends queued keyspace events (see `pubsub::keyspace::Keyspace`).
     pub fn spawn_event_publisher(self: &Arc<Self>) {
         let queue = self.pubsub.keyspace.queue.clone();
@@ -244,6 +261,7 @@ impl Node {
         });
     }
 
+    /// Removes expired keys that nobody reads, in bounded batches.
     pub fn spawn_expiry(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -263,89 +281,6 @@ impl Node {
 }
 
 impl Node {
-    /// Called by membership after the ring changed: starts a repair from
-    /// the last fully repaired ring (any repair still running stops).
-    pub fn on_ring_change(self: &Arc<Self>, old: &strata_ring::Ring) {
-        let ring = self.cluster.ring();
-        let moved = strata_ring::Ring::moved_slots(old, &ring).len();
-        tracing::info!(moved_slots = moved, nodes = ring.len(), "placement changed");
-        self.last_ring_change_ms.store(now_ms(), Relaxed);
-        let generation = self.repair_generation.fetch_add(1, Relaxed) + 1;
-        let base = self.repaired_ring.lock().clone();
-        let node = self.clone();
-        tokio::spawn(async move {
-            // Pushes that failed (a peer overloaded or restarting) are
-            // retried by running the repair again: versions make the pushes
-            // that did land no-ops.
-            let mut backoff = REPAIR_RETRY_FIRST;
-            loop {
-                match repair::run(node.clone(), base.clone(), ring.clone(), generation).await {
-                    repair::Outcome::Done => {
-                        *node.repaired_ring.lock() = ring;
-                        return;
-                    }
-                    repair::Outcome::Superseded => return,
-                    repair::Outcome::Incomplete { failed } => {
-                        tracing::warn!(failed, retry_in = ?backoff, "repair left copies missing; running it again");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(REPAIR_RETRY_MAX);
-                        if node.repair_generation() != generation {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
-    /// Whether keys may still be on their way here after a ring change:
-    /// this node's own repair has not finished, or the change is recent
-    /// enough that other nodes may still be pushing (their repairs run on
-    /// their own clocks; a node that just started has nothing to repair
-    /// itself but everything to receive).
-    pub fn in_transition(&self) -> bool {
-        if self.cluster.standalone() {
-            return false;
-        }
-        let recent = self.last_ring_change_ms.load(Relaxed) + TRANSITION_GRACE_MS > now_ms();
-        recent || !Arc::ptr_eq(&self.repaired_ring.lock(), &self.cluster.ring())
-    }
-
-    /// The last ring every local key was repaired against.
-    pub fn repaired_ring(&self) -> Arc<strata_ring::Ring> {
-        self.repaired_ring.lock().clone()
-    }
-
-    pub fn repair_generation(&self) -> u64 {
-        self.repair_generation.load(Relaxed)
-    }
-
-    /// Anti-entropy: every [`ANTI_ENTROPY_INTERVAL`], unless a repair is running,
-    /// re-checks every local key against the current ring and hands back
-    /// and sheds copies this node should not hold. Ring-change repairs
-    /// cover the common case; this catches copies that a write racing a
-    /// ring change left behind.
-    pub fn spawn_sweeper(self: &Arc<Self>) {
-        if self.cluster.standalone() {
-            return;
-        }
-        let node = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(ANTI_ENTROPY_INTERVAL);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(node) = node.upgrade() else { return };
-                let ring = node.cluster.ring();
-                if !Arc::ptr_eq(&node.repaired_ring(), &ring) {
-                    continue;
-                }
-                let generation = node.repair_generation();
-                repair::run(node.clone(), ring.clone(), ring, generation).await;
-            }
-        });
-    }
-
     /// Drops expired leases so their values can be evicted again.
     pub fn spawn_lease_sweeper(self: &Arc<Self>) {
         let node = Arc::downgrade(self);

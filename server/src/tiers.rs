@@ -2,7 +2,6 @@
 //! tier (`ssd_*` keys), through [`strata_tiering::spill::Spill`].
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -13,7 +12,6 @@ use strata_tiering::spill::{PromoteError, Spill, SpillConfig, HEADER_BYTES};
 use strata_tiering::Store;
 
 use crate::config::Config;
-use crate::node::Node;
 
 /// Promotions of one request that run at once: enough to keep the device
 /// busy for an MGET of many blocks, few enough not to flood DRAM.
@@ -188,22 +186,23 @@ pub struct BringIn {
 
 impl BringIn {
     /// What to bring in before a command on `keys` runs: keys below DRAM
-    /// as `promote` says, and with `peers` while a ring change is
-    /// settling, keys this node does not hold at all. `None`: nothing.
+    /// (`spill`) as `promote` says, and with `transition` (a ring change
+    /// still settling, and the command may ask peers) keys `store` does
+    /// not hold at all. `None`: nothing.
     pub fn plan(
-        node: &Node,
+        store: &Store,
+        spill: Option<&Spill>,
         keys: &[Bytes],
         promote: Promote,
-        peers: bool,
+        transition: bool,
         now_ms: u64,
     ) -> Option<BringIn> {
-        let transition = peers && node.in_transition();
-        let spill = node.spill.as_ref().filter(|_| promote != Promote::None);
+        let spill = spill.filter(|_| promote != Promote::None);
         if !transition && spill.is_none() {
             return None;
         }
         let (mut below, mut elsewhere) = (Vec::new(), Vec::new());
-        for k in keys.iter().filter(|k| !node.store.exists(k, now_ms)) {
+        for k in keys.iter().filter(|k| !store.exists(k, now_ms)) {
             let is_below = match (spill, promote) {
                 (None, _) => false,
                 (Some(s), Promote::Unknown) => match s.exists_below(k, now_ms) {
@@ -224,27 +223,24 @@ impl BringIn {
     }
 }
 
-/// Promotes `keys` from NVMe into DRAM. The first failure is the request's
-/// reply: `-NOSPACE` when DRAM has no room, `-ERR io` for a device error or
-/// damaged bytes (never the bytes themselves).
-pub async fn promote(node: &Arc<Node>, keys: Vec<Bytes>, now_ms: u64) -> Result<(), CommandError> {
+/// Promotes `keys` from `spill` into `store`'s DRAM; returns how many were
+/// found below. The first failure is the request's reply: `-NOSPACE` when
+/// DRAM has no room, `-ERR io` for a device error or damaged bytes (never
+/// the bytes themselves).
+pub async fn promote(
+    store: &Store,
+    spill: &Spill,
+    keys: Vec<Bytes>,
+    now_ms: u64,
+) -> Result<u64, CommandError> {
     use futures::StreamExt;
-    let Some(spill) = node.spill.as_ref() else {
-        return Ok(());
-    };
     let mut results = futures::stream::iter(keys)
-        .map(|key| {
-            let spill = spill.clone();
-            let node = node.clone();
-            async move { spill.promote(&node.store, &key, now_ms).await }
-        })
+        .map(|key| async move { spill.promote(store, &key, now_ms).await })
         .buffer_unordered(PROMOTE_CONCURRENCY);
-    let mut first_error = None;
+    let (mut found, mut first_error) = (0, None);
     while let Some(r) = results.next().await {
         match r {
-            Ok(true) => {
-                node.metrics.counters.nvme_hits_total.fetch_add(1, Relaxed);
-            }
+            Ok(true) => found += 1,
             Ok(false) => {}
             Err(e) => {
                 first_error.get_or_insert(e);
@@ -252,7 +248,7 @@ pub async fn promote(node: &Arc<Node>, keys: Vec<Bytes>, now_ms: u64) -> Result<
         }
     }
     match first_error {
-        None => Ok(()),
+        None => Ok(found),
         Some(PromoteError::Store(e)) => Err(crate::errors::store_error(e)),
         Some(PromoteError::Nvme(e)) => Err(CommandError::err(format!(
             "io: cannot read the value from the NVMe tier: {e}"
@@ -264,23 +260,24 @@ pub async fn promote(node: &Arc<Node>, keys: Vec<Bytes>, now_ms: u64) -> Result<
 /// index lock is never held for long.
 const DEMOTE_BATCH: usize = 16;
 
-/// A graceful stop: with a configured `ssd_path`, DRAM's values are moved
-/// to NVMe (so a restart finds them), then everything queued is written
-/// and flushed. Gives up after `max`; what is not written by then is lost,
-/// as on a crash.
-pub async fn shut_down(node: &Node, spill: &Spill, max: std::time::Duration) {
+/// A graceful stop: with a configured `ssd_path`, `store`'s DRAM values
+/// are moved to NVMe (so a restart finds them), then everything queued is
+/// written and flushed. Gives up after `max`; what is not written by then
+/// is lost, as on a crash.
+pub async fn shut_down(store: &Store, lower: &Lower, max: std::time::Duration) {
+    let spill = &lower.spill;
     let deadline = tokio::time::Instant::now() + max;
-    let keep = node.lower.as_ref().is_some_and(|l| l.temp.is_none());
+    let keep = lower.temp.is_none();
     let mut moved = 0usize;
     if keep {
         tracing::info!(
-            keys = node.store.stats().keys,
+            keys = store.stats().keys,
             "moving DRAM values to NVMe before stopping"
         );
         while tokio::time::Instant::now() < deadline {
             let left = deadline - tokio::time::Instant::now();
             spill.wait_for_room(left).await;
-            let n = node.store.demote_some(DEMOTE_BATCH);
+            let n = store.demote_some(DEMOTE_BATCH);
             if n == 0 {
                 break;
             }
@@ -308,19 +305,4 @@ pub async fn shut_down(node: &Node, spill: &Spill, max: std::time::Duration) {
         dropped = s.dropped,
         "NVMe tier closed"
     );
-}
-
-/// Tells the node's subscribers of evictions, tier moves and expiries
-/// inside the store (keyspace notifications). The store holds the
-/// observer, so it holds the node weakly.
-pub fn publish_tier_events(node: &Arc<Node>) {
-    struct Events(std::sync::Weak<Node>);
-    impl strata_tiering::Observer for Events {
-        fn tier_event(&self, event: strata_tiering::TierEvent, key: &[u8]) {
-            if let Some(node) = self.0.upgrade() {
-                node.notify_owned(crate::pubsub::keyspace::Event::from_tier(event), key);
-            }
-        }
-    }
-    node.store.observe(Arc::new(Events(Arc::downgrade(node))));
 }

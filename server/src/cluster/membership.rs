@@ -237,7 +237,7 @@ fn install(node: &Arc<Node>, members: &BTreeMap<String, NodeRecord>) {
         );
     }
     let old = node.cluster.set_ring(ring);
-    node.on_ring_change(&old);
+    super::repair::on_ring_change(node, &old);
 }
 
 /// Deletes this node's record so that others drop it at once (graceful

@@ -16,9 +16,11 @@ pub mod under_replicated;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use strata_proto::{CommandError, ErrorCode};
 use strata_ring::{key_slot, NodeRecord, Ring};
+
+use crate::clock::now_ms;
 
 /// This node's view of the cluster.
 pub struct Cluster {
@@ -34,7 +36,17 @@ pub struct Cluster {
     pub etcd_sessions: AtomicU64,
     /// Keys with fewer copies than `replica_num`, pushed again until not.
     pub under_replicated: under_replicated::UnderReplicated,
+    /// Bumped on every ring change; a repair stops when it is not current.
+    repair_generation: AtomicU64,
+    /// When the ring last changed (Unix ms).
+    last_ring_change_ms: AtomicU64,
+    /// The last ring every local key was repaired against.
+    repaired_ring: Mutex<Arc<Ring>>,
 }
+
+/// After a ring change, misses are read through to the previous holders
+/// for this long: other nodes' repairs may still be pushing keys here.
+const TRANSITION_GRACE_MS: u64 = 30_000;
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,6 +71,9 @@ impl Cluster {
             etcd_healthy: AtomicBool::new(standalone),
             etcd_sessions: AtomicU64::new(0),
             under_replicated: Default::default(),
+            repair_generation: AtomicU64::new(0),
+            last_ring_change_ms: AtomicU64::new(0),
+            repaired_ring: Mutex::new(Arc::new(Ring::new(Vec::new()))),
         }
     }
 
@@ -75,6 +90,42 @@ impl Cluster {
         let old = std::mem::replace(&mut *self.ring.write(), Arc::new(ring));
         self.ring_version.fetch_add(1, Relaxed);
         old
+    }
+
+    /// A ring change at `now_ms` that a repair is about to handle: the
+    /// repair's generation (any older repair stops) and the ring to diff
+    /// from, the last one fully repaired.
+    pub fn start_repair(&self, now_ms: u64) -> (u64, Arc<Ring>) {
+        self.last_ring_change_ms.store(now_ms, Relaxed);
+        let generation = self.repair_generation.fetch_add(1, Relaxed) + 1;
+        (generation, self.repaired_ring())
+    }
+
+    /// Every local key was repaired against `ring`.
+    pub fn repaired(&self, ring: Arc<Ring>) {
+        *self.repaired_ring.lock() = ring;
+    }
+
+    /// The last ring every local key was repaired against.
+    pub fn repaired_ring(&self) -> Arc<Ring> {
+        self.repaired_ring.lock().clone()
+    }
+
+    pub fn repair_generation(&self) -> u64 {
+        self.repair_generation.load(Relaxed)
+    }
+
+    /// Whether keys may still be on their way here after a ring change:
+    /// this node's own repair has not finished, or the change is recent
+    /// enough that other nodes may still be pushing (their repairs run on
+    /// their own clocks; a node that just started has nothing to repair
+    /// itself but everything to receive).
+    pub fn in_transition(&self) -> bool {
+        if self.standalone {
+            return false;
+        }
+        let recent = self.last_ring_change_ms.load(Relaxed) + TRANSITION_GRACE_MS > now_ms();
+        recent || !Arc::ptr_eq(&self.repaired_ring.lock(), &self.ring())
     }
 
     /// Checks that this node owns every key of a request. Keys may be in

@@ -11,6 +11,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use strata_ring::{key_slot, Ring, SLOTS};
 
@@ -55,6 +56,72 @@ pub enum Outcome {
     Incomplete { failed: u64 },
 }
 
+/// A repair that left copies missing runs again after this, doubling up
+/// to the max, until it completes or a newer ring takes over.
+const REPAIR_RETRY_FIRST: Duration = Duration::from_millis(500);
+const REPAIR_RETRY_MAX: Duration = Duration::from_secs(10);
+/// How often a cluster member looks for copies it should not hold.
+const ANTI_ENTROPY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Called by membership after the ring changed: starts a repair from the
+/// last fully repaired ring (any repair still running stops).
+pub fn on_ring_change(node: &Arc<Node>, old: &Ring) {
+    let ring = node.cluster.ring();
+    let moved = Ring::moved_slots(old, &ring).len();
+    tracing::info!(moved_slots = moved, nodes = ring.len(), "placement changed");
+    let (generation, base) = node.cluster.start_repair(now_ms());
+    let node = node.clone();
+    tokio::spawn(async move {
+        // Pushes that failed (a peer overloaded or restarting) are retried
+        // by running the repair again: versions make the pushes that did
+        // land no-ops.
+        let mut backoff = REPAIR_RETRY_FIRST;
+        loop {
+            match run(node.clone(), base.clone(), ring.clone(), generation).await {
+                Outcome::Done => {
+                    node.cluster.repaired(ring);
+                    return;
+                }
+                Outcome::Superseded => return,
+                Outcome::Incomplete { failed } => {
+                    tracing::warn!(failed, retry_in = ?backoff, "repair left copies missing; running it again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(REPAIR_RETRY_MAX);
+                    if node.cluster.repair_generation() != generation {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Anti-entropy: every [`ANTI_ENTROPY_INTERVAL`], unless a repair is
+/// running, re-checks every local key against the current ring and hands
+/// back and sheds copies this node should not hold. Ring-change repairs
+/// cover the common case; this catches copies that a write racing a ring
+/// change left behind.
+pub fn spawn_sweeper(node: &Arc<Node>) {
+    if node.cluster.standalone() {
+        return;
+    }
+    let node = Arc::downgrade(node);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(ANTI_ENTROPY_INTERVAL);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(node) = node.upgrade() else { return };
+            let ring = node.cluster.ring();
+            if !Arc::ptr_eq(&node.cluster.repaired_ring(), &ring) {
+                continue;
+            }
+            let generation = node.cluster.repair_generation();
+            run(node.clone(), ring.clone(), ring, generation).await;
+        }
+    });
+}
+
 /// Repairs from `base` (the last fully repaired ring) to the current ring.
 pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: u64) -> Outcome {
     let copies = node.cfg.replica_num as usize;
@@ -67,7 +134,7 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
             changed[usize::from(key_slot(k))]
         });
         for key in keys {
-            if node.repair_generation() != generation {
+            if node.cluster.repair_generation() != generation {
                 return Outcome::Superseded;
             }
             repair_key(&node, &ring, &changed, copies, &me, key, &mut tally).await;
@@ -82,16 +149,24 @@ pub async fn run(node: Arc<Node>, base: Arc<Ring>, ring: Arc<Ring>, generation: 
     if let Some(spill) = node.spill.clone() {
         let below = spill.keys_below(|k| changed[usize::from(key_slot(k))]);
         for key in below {
-            if node.repair_generation() != generation {
+            if node.cluster.repair_generation() != generation {
                 return Outcome::Superseded;
             }
             if node.store.exists(&key, now_ms()) {
                 continue;
             }
-            if let Err(e) = crate::tiers::promote(&node, vec![key.clone()], now_ms()).await {
-                tracing::warn!(error = %e, "repair: cannot read a value back from NVMe");
-                tally.failed += 1;
-                continue;
+            match crate::tiers::promote(&node.store, &spill, vec![key.clone()], now_ms()).await {
+                Ok(found) => {
+                    node.metrics
+                        .counters
+                        .nvme_hits_total
+                        .fetch_add(found, Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "repair: cannot read a value back from NVMe");
+                    tally.failed += 1;
+                    continue;
+                }
             }
             repair_key(&node, &ring, &changed, copies, &me, key, &mut tally).await;
         }
@@ -168,7 +243,7 @@ async fn repair_key(
 /// last repaired ring to push it here now (`STRATA.HANDOFF`). Bounded by the
 /// peer call timeout; a key nobody has stays missing.
 pub async fn fetch(node: &Arc<Node>, keys: Vec<bytes::Bytes>) {
-    let before = node.repaired_ring();
+    let before = node.cluster.repaired_ring();
     let now = node.cluster.ring();
     let copies = node.cfg.replica_num as usize;
     let me = node.cluster.me.id.clone();

@@ -153,3 +153,44 @@ pub async fn forward(node: &Arc<Node>, targets: Vec<NodeRecord>, args: Vec<Bytes
         }
     }
 }
+
+/// How often under-replicated keys are pushed again.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Pushes under-replicated keys again, every few seconds, for as long as
+/// the node runs.
+pub async fn retry_loop(node: Arc<Node>) {
+    loop {
+        tokio::time::sleep(RETRY_EVERY).await;
+        retry_once(&node).await;
+    }
+}
+
+/// One pass over a batch of the tracked keys (`UnderReplicated::batch`).
+async fn retry_once(node: &Arc<Node>) {
+    let tracked = &node.cluster.under_replicated;
+    let wanted = node.cfg.replica_num as usize;
+    for key in tracked.batch() {
+        let (value, expire) = match node.store.peek_with_expiry(&key, now_ms()) {
+            Ok(Some(found)) => found,
+            // Gone (deleted, expired, evicted): nothing left to copy.
+            Ok(None) => {
+                tracked.forget(&key);
+                continue;
+            }
+            Err(_) => continue,
+        };
+        // The key's replica set under the current ring; this node's own copy
+        // counts only while it is a member (repair moves it otherwise).
+        let ring = node.cluster.ring();
+        let set = ring.replicas(strata_ring::key_slot(&key), wanted);
+        let mine = usize::from(set.iter().any(|n| n.id == node.cluster.me.id));
+        let targets: Vec<_> = set
+            .into_iter()
+            .filter(|n| n.id != node.cluster.me.id)
+            .cloned()
+            .collect();
+        let ok = push(node, key.clone(), value, expire, targets).await;
+        tracked.note(&key, wanted, mine + ok);
+    }
+}

@@ -4,22 +4,17 @@
 //! A write is acknowledged once the local copy is committed and every
 //! replica push has answered; a push that failed (a replica down, slow or
 //! full) leaves the value with fewer copies than `replica_num` asks. Such
-//! keys are remembered here, bounded, and a background pass pushes them
-//! again every few seconds. A key leaves the set when a push reaches every
-//! replica, when it is deleted, or when it no longer exists here.
+//! keys are remembered here, bounded, and a background pass
+//! (`replicate::retry_loop`) pushes them again every few seconds. A key
+//! leaves the set when a push reaches every replica, when it is deleted,
+//! or when it no longer exists here.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-
-use crate::clock::now_ms;
-use crate::cluster::replicate;
-use crate::node::Node;
 
 /// Most keys remembered; beyond it the set is marked as overflowed and the
 /// count is a lower bound (repair on the next ring change still visits
@@ -27,7 +22,6 @@ use crate::node::Node;
 pub const TRACKED_MAX: usize = 1 << 20;
 /// Keys pushed again per pass.
 const RETRY_BATCH: usize = 1024;
-const RETRY_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Default)]
 pub struct UnderReplicated {
@@ -76,45 +70,8 @@ impl UnderReplicated {
         self.overflowed.load(Relaxed)
     }
 
-    fn batch(&self) -> Vec<Bytes> {
+    /// Up to [`RETRY_BATCH`] of the tracked keys, for a retry pass.
+    pub fn batch(&self) -> Vec<Bytes> {
         self.keys.lock().iter().take(RETRY_BATCH).cloned().collect()
-    }
-}
-
-/// Pushes under-replicated keys again, every few seconds, for as long as
-/// the node runs.
-pub async fn retry_loop(node: Arc<Node>) {
-    loop {
-        tokio::time::sleep(RETRY_EVERY).await;
-        retry_once(&node).await;
-    }
-}
-
-/// One pass over at most [`RETRY_BATCH`] tracked keys.
-pub async fn retry_once(node: &Arc<Node>) {
-    let tracked = &node.cluster.under_replicated;
-    let wanted = node.cfg.replica_num as usize;
-    for key in tracked.batch() {
-        let (value, expire) = match node.store.peek_with_expiry(&key, now_ms()) {
-            Ok(Some(found)) => found,
-            // Gone (deleted, expired, evicted): nothing left to copy.
-            Ok(None) => {
-                tracked.forget(&key);
-                continue;
-            }
-            Err(_) => continue,
-        };
-        // The key's replica set under the current ring; this node's own copy
-        // counts only while it is a member (repair moves it otherwise).
-        let ring = node.cluster.ring();
-        let set = ring.replicas(strata_ring::key_slot(&key), wanted);
-        let mine = usize::from(set.iter().any(|n| n.id == node.cluster.me.id));
-        let targets: Vec<_> = set
-            .into_iter()
-            .filter(|n| n.id != node.cluster.me.id)
-            .cloned()
-            .collect();
-        let ok = replicate::push(node, key.clone(), value, expire, targets).await;
-        tracked.note(&key, wanted, mine + ok);
     }
 }

@@ -183,14 +183,23 @@ impl Ctx<'_> {
         if self.rerun || self.internal {
             return None;
         }
-        let plan = BringIn::plan(self.node, keys, promote, peers, self.now_ms)?;
-        let node = self.node.clone();
+        let node = self.node;
+        let transition = peers && node.cluster.in_transition();
+        let spill = node.spill.as_deref();
+        let plan = BringIn::plan(&node.store, spill, keys, promote, transition, self.now_ms)?;
+        let node = node.clone();
         let now = self.now_ms;
         Some(Out::Rerun(Box::pin(async move {
             if !plan.elsewhere.is_empty() {
                 crate::cluster::repair::fetch(&node, plan.elsewhere).await;
             }
-            crate::tiers::promote(&node, plan.below, now).await
+            let Some(spill) = &node.spill else {
+                return Ok(());
+            };
+            let found = crate::tiers::promote(&node.store, spill, plan.below, now).await?;
+            let hits = &node.metrics.counters.nvme_hits_total;
+            hits.fetch_add(found, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
         })))
     }
 

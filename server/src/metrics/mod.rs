@@ -15,10 +15,33 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::node::Node;
+use strata_rdma::tcp::TcpStats;
+use strata_tiering::spill::SpillStats;
+use strata_tiering::StoreStats;
+
+use crate::cma::Cma;
+use crate::pubsub::Hub;
 
 mod flows;
 pub use flows::{Direction, Prefixes, Transfers};
+
+/// What a scrape reads beyond these metrics' own atomics: the figures of
+/// the parts the node is made of, gathered by the node.
+pub struct Scrape<'a> {
+    pub store: StoreStats,
+    pub connected_clients: u64,
+    pub request_buffer_bytes: u64,
+    pub uptime_seconds: f64,
+    pub leases_out: u64,
+    pub ring_nodes: u64,
+    pub etcd_healthy: bool,
+    pub under_replicated_keys: u64,
+    pub under_replicated_writes: u64,
+    pub transport: &'a TcpStats,
+    pub cma: Option<&'a Cma>,
+    pub spill: Option<SpillStats>,
+    pub pubsub: &'a Hub,
+}
 
 /// Per-command figures, in the order of the names the metrics were made
 /// with (`cmd::COMMANDS`).
@@ -677,11 +700,11 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition, with every figure brought up to date.
-    pub fn render(&self, node: &Node) -> String {
+    pub fn render(&self, x: &Scrape<'_>) -> String {
         let e = &self.exported;
         let c = &self.counters;
-        let s = node.store.stats();
-        e.connected_clients.set(node.connected_clients() as f64);
+        let s = &x.store;
+        e.connected_clients.set(x.connected_clients as f64);
         e.connections_total
             .absolute(c.connections_total.load(Relaxed));
         e.rejected_connections_total
@@ -691,8 +714,7 @@ impl Metrics {
         e.too_large_total.absolute(c.too_large_total.load(Relaxed));
         e.buffer_busy_total
             .absolute(c.buffer_busy_total.load(Relaxed));
-        e.request_buffer_bytes
-            .set(node.request_buffer_bytes() as f64);
+        e.request_buffer_bytes.set(x.request_buffer_bytes as f64);
         e.net_input_bytes_total
             .absolute(c.net_input_bytes_total.load(Relaxed));
         e.net_output_bytes_total
@@ -713,15 +735,13 @@ impl Metrics {
         e.evictions_total.absolute(s.evictions);
         e.evicted_bytes_total.absolute(s.evicted_bytes);
         e.expired_keys_total.absolute(s.expired);
-        e.uptime_seconds.set(node.started.elapsed().as_secs_f64());
-        e.leases_out.set(node.leases.len() as f64);
-        e.ring_nodes.set(node.cluster.ring().len() as f64);
-        e.etcd_healthy
-            .set(f64::from(u8::from(node.cluster.etcd_healthy.load(Relaxed))));
-        let under = &node.cluster.under_replicated;
-        e.under_replicated_keys.set(under.len() as f64);
+        e.uptime_seconds.set(x.uptime_seconds);
+        e.leases_out.set(x.leases_out as f64);
+        e.ring_nodes.set(x.ring_nodes as f64);
+        e.etcd_healthy.set(f64::from(u8::from(x.etcd_healthy)));
+        e.under_replicated_keys.set(x.under_replicated_keys as f64);
         e.under_replicated_writes_total
-            .absolute(under.writes_total.load(Relaxed));
+            .absolute(x.under_replicated_writes);
         e.replica_pushes_total
             .absolute(c.replica_pushes_total.load(Relaxed));
         e.replica_push_errors_total
@@ -732,12 +752,12 @@ impl Metrics {
             .absolute(c.repair_pushes_total.load(Relaxed));
         e.repair_shed_total
             .absolute(c.repair_shed_total.load(Relaxed));
-        let ts = node.transport.stats();
+        let ts = x.transport;
         e.data_reads_served_total
             .absolute(ts.reads_served.load(Relaxed));
         e.data_reads_refused_total
             .absolute(ts.reads_refused.load(Relaxed));
-        if let Some(cma) = &node.cma {
+        if let Some(cma) = x.cma {
             let r = cma.reader.stats();
             e.cma_sessions_total.absolute(cma.sessions.load(Relaxed));
             e.cma_refused_total.absolute(cma.refused.load(Relaxed));
@@ -757,8 +777,7 @@ impl Metrics {
             x.full_total.absolute(g.full);
             x.errors_total.absolute(g.errors);
         }
-        if let Some(spill) = &node.spill {
-            let n = spill.stats();
+        if let Some(n) = &x.spill {
             let x = &e.nvme;
             x.capacity_bytes.set(n.nvme.capacity_bytes as f64);
             x.used_bytes.set(n.nvme.used_bytes as f64);
@@ -776,7 +795,7 @@ impl Metrics {
             x.write_errors_total.absolute(n.write_errors);
             x.read_errors_total.absolute(n.read_errors);
         }
-        let hub = &node.pubsub;
+        let hub = x.pubsub;
         e.pubsub_subscribers.set(hub.subscribers() as f64);
         e.pubsub_channels.set(hub.channel_count() as f64);
         e.pubsub_patterns.set(hub.pattern_count() as f64);
