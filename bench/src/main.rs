@@ -177,6 +177,10 @@ struct Args {
     /// attach where both may (`false`: always the network data plane).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     cma: bool,
+    /// Threads that copy one cross-memory read of 2 MiB or more (the
+    /// client's `cma_lanes`; 1: the calling thread alone).
+    #[arg(long, default_value_t = strata_client::DEFAULT_CMA_LANES)]
+    cma_lanes: usize,
     /// Zero-copy GETs of values up to this size come back in the GET reply
     /// (the client's `inline_get_max`; 0: every value by the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_GET_MAX as usize)]
@@ -380,6 +384,7 @@ fn new_plan(
     client.data_bind = args.data_bind;
     client.data_advertise = args.data_advertise.clone();
     client.cma = args.cma;
+    client.cma_lanes = args.cma_lanes;
     client.inline_get_max = args.inline_get_max as u64;
     client.inline_put_max = args.inline_put_max as u64;
     client.tcp_congestion = args.tcp_congestion.clone();

@@ -21,12 +21,13 @@ pub(crate) struct Local {
 }
 
 impl Local {
-    /// `None` when this process cannot describe itself (no /proc).
-    pub(crate) fn new() -> Option<Local> {
+    /// `None` when this process cannot describe itself (no /proc). Long
+    /// reads go over `lanes` threads.
+    pub(crate) fn new(lanes: usize) -> Option<Local> {
         match Identity::current() {
             Ok(me) => Some(Local {
                 me,
-                reader: CmaReader::new(),
+                reader: CmaReader::with_lanes(lanes),
             }),
             Err(e) => {
                 tracing::info!(error = %e, "cross-memory attach unavailable: no /proc; using the network data plane");

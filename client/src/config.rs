@@ -45,6 +45,12 @@ pub struct ClientConfig {
     /// where both sides are allowed to read each other (same user, same
     /// pid namespace). `false` keeps every node on `protocol`.
     pub cma: bool,
+    /// Threads that copy one cross-memory read (a GET's value) of
+    /// [`strata_rdma::cma::SPLIT_MIN_BYTES`] or more: the calling thread
+    /// and `cma_lanes - 1` helpers, started on first use (1: the calling
+    /// thread alone; at most [`strata_rdma::cma::LANES_MAX`]). Two moved 4
+    /// and 16 MiB values 1.7-1.9x faster here (docs/BENCHMARKS.md §2c).
+    pub cma_lanes: usize,
     /// Zero-copy reads (`get_into`, `get_many`) of values up to this many
     /// bytes come back in the GET reply itself (`GET key desc INLINE n`),
     /// read from the socket straight into the buffer: one round trip and
@@ -112,6 +118,7 @@ impl ClientConfig {
             health_check_interval_ms: 2000,
             protocol: Protocol::Tcp,
             cma: true,
+            cma_lanes: crate::DEFAULT_CMA_LANES,
             inline_get_max: DEFAULT_INLINE_GET_MAX,
             inline_put_max: DEFAULT_INLINE_PUT_MAX,
             tcp_congestion: None,

@@ -48,4 +48,5 @@ pub use config::{
     ONE_SIDED_INLINE_GET_MAX,
 };
 pub use error::{Error, Result};
+pub use strata_rdma::cma::{DEFAULT_LANES as DEFAULT_CMA_LANES, LANES_MAX as CMA_LANES_MAX};
 pub use strata_rdma::Descriptor;

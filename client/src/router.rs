@@ -63,7 +63,11 @@ impl Router {
                 map: Arc::new(SlotMap::single(&first, true)),
                 generation: 0,
             }),
-            cma: cfg.cma.then(crate::cma::Local::new).flatten().map(Arc::new),
+            cma: cfg
+                .cma
+                .then(|| crate::cma::Local::new(cfg.cma_lanes))
+                .flatten()
+                .map(Arc::new),
             cfg,
             nodes: Mutex::new(HashMap::new()),
             refreshing: tokio::sync::Mutex::new(None),

@@ -413,3 +413,51 @@ async fn a_client_of_another_user_is_served_over_tcp() {
         "GETs went over TCP"
     );
 }
+
+/// Long CMA reads go over `cma_lanes` threads on both sides (the node's
+/// PUT pulls, the client's GET reads), byte-exact whatever the split;
+/// with one lane on each side no helper copies anything.
+#[tokio::test]
+async fn long_reads_are_split_over_lanes_on_both_sides() {
+    for lanes in [2usize, 1] {
+        let node = Node::start(&[
+            "--cpu-memory-pool-size",
+            "256MiB",
+            "--cma-lanes",
+            &lanes.to_string(),
+        ]);
+        let c = Client::connect_with(ClientConfig {
+            cma_lanes: lanes,
+            ..ClientConfig::new(node.addr())
+        })
+        .await
+        .expect("connect");
+        // Around the split threshold, and well over it, at odd offsets.
+        let split = strata_rdma::cma::SPLIT_MIN_BYTES;
+        for len in [split - 1, split, 8 * MIB + 4097] {
+            for round in 0..10 {
+                round_trip(&c, &format!("lanes-{lanes}-{len}-{round}"), len).await;
+            }
+        }
+        let node_pieces = info_field(&c, "stats", "cma_lane_pieces").await;
+        let client_pieces = c
+            .cma_stats()
+            .expect("this process can use CMA")
+            .lane_pieces
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if lanes == 1 {
+            assert_eq!((node_pieces, client_pieces), (0, 0));
+        } else {
+            // The callers take back pieces a helper has not started, so
+            // not every piece, but some over 20 long reads each way.
+            assert!(node_pieces > 0, "the node's helpers copied no piece");
+            assert!(client_pieces > 0, "the client's helpers copied no piece");
+        }
+        assert_eq!(
+            node.metric("strata_cma_lane_pieces_total"),
+            node_pieces as f64,
+            "/metrics and INFO agree"
+        );
+        assert_eq!(info_field(&c, "stats", "cma_read_errors").await, 0);
+    }
+}

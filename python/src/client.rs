@@ -81,7 +81,7 @@ impl NativeClient {
                         failover_timeout_ms, health_check_interval_ms, threads, cma=true,
                         inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX,
                         inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX,
-                        tcp_congestion=None))]
+                        tcp_congestion=None, cma_lanes=strata_client::DEFAULT_CMA_LANES))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -97,12 +97,17 @@ impl NativeClient {
         inline_get_max: u64,
         inline_put_max: u64,
         tcp_congestion: Option<String>,
+        cma_lanes: usize,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
         }
         if threads == 0 || threads > THREADS_MAX {
             return Err(invalid(format!("threads must be in 1..={THREADS_MAX}")));
+        }
+        let lanes_max = strata_client::CMA_LANES_MAX;
+        if cma_lanes == 0 || cma_lanes > lanes_max {
+            return Err(invalid(format!("cma_lanes must be in 1..={lanes_max}")));
         }
         let mut cfg = ClientConfig::with_seeds(seeds);
         cfg.data_bind = data_bind
@@ -114,6 +119,7 @@ impl NativeClient {
         cfg.failover_timeout_ms = failover_timeout_ms;
         cfg.health_check_interval_ms = health_check_interval_ms;
         cfg.cma = cma;
+        cfg.cma_lanes = cma_lanes;
         cfg.inline_get_max = inline_get_max;
         cfg.inline_put_max = inline_put_max;
         cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());

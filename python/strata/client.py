@@ -49,6 +49,7 @@ class Client:
             c.inline_get_max_bytes,
             c.inline_put_max_bytes,
             c.tcp_congestion,
+            c.cma_lanes,
         )
 
     # -- lifecycle ---------------------------------------------------------

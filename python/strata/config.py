@@ -32,7 +32,8 @@ class ClientConfig:
     buffer (one round trip), rather than having the node pull it; 0: every
     value pulled. ``tcp_congestion``: congestion control of this client's
     sockets (e.g. ``"cubic"``; empty: the host's default), checked at
-    connect.
+    connect. ``cma_lanes``: threads that copy one cross-memory read of
+    2 MiB or more (1: the calling thread alone; at most 16).
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -51,6 +52,7 @@ class ClientConfig:
     inline_get_max_bytes: int = 1024 * 1024
     inline_put_max_bytes: int = 1024 * 1024
     tcp_congestion: str = ""
+    cma_lanes: int = 2
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

@@ -15,13 +15,17 @@
 //!
 //! Only the `process_vm_readv` call itself is timed in every pattern.
 //!
-//! `cargo run --release -p strata-rdma --example cma_loop -- [seconds per case, default 2]`
+//! Last, the `get` pattern through `CmaReader` with one lane and with
+//! several (a long read split over helper threads, as strata's reads of
+//! 2 MiB and more are; hand-off and join timed).
+//!
+//! `cargo run --release -p strata-rdma --example cma_loop -- [seconds per case, default 2] [lanes, default 2]`
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use strata_rdma::cma::{describe, CmaReader, Identity};
+use strata_rdma::cma::{describe, CmaReader, Identity, DEFAULT_LANES};
 
 const CHILD_ENV: &str = "STRATA_CMA_LOOP_CHILD";
 const SIZES: [usize; 4] = [64 << 10, 1 << 20, 4 << 20, 16 << 20];
@@ -41,6 +45,10 @@ fn main() {
         .nth(1)
         .map(|s| s.parse().expect("seconds"))
         .unwrap_or(2.0);
+    let lanes: usize = std::env::args()
+        .nth(2)
+        .map(|s| s.parse().expect("lanes"))
+        .unwrap_or(DEFAULT_LANES);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env(CHILD_ENV, "1")
         .stdin(Stdio::piped())
@@ -59,10 +67,12 @@ fn main() {
         ..Identity::current().unwrap()
     };
     let reader = CmaReader::new();
+    let one_lane = CmaReader::with_lanes(1);
+    let laned = CmaReader::with_lanes(lanes);
     let local_src: Vec<u8> = vec![7u8; SIZES[SIZES.len() - 1]];
     let mut dst_slots: Vec<u8> = vec![0u8; DST_MAX_BYTES];
     println!(
-        "size | process_vm_readv: hot | get pattern | put pattern | CmaReader::read (hot) | memcpy (hot) (GB/s)"
+        "size | process_vm_readv: hot | get pattern | put pattern | CmaReader::read (hot) | memcpy (hot) | CmaReader get pattern: 1 lane | {lanes} lanes (GB/s)"
     );
     for size in SIZES {
         let mut dst = vec![0u8; size];
@@ -112,6 +122,15 @@ fn main() {
             // SAFETY: as above.
             timed(&mut || unsafe { reader.read(&desc, dst.as_mut_ptr()) }.unwrap())
         });
+        let mut get_through = |r: &CmaReader| {
+            run(&mut |i| {
+                let from = remote + ((i % VALUES) * size) as u64;
+                let desc = describe(&owner, from, size as u64, 0, None);
+                // SAFETY: as above.
+                timed(&mut || unsafe { r.read(&desc, dst.as_mut_ptr()) }.unwrap())
+            })
+        };
+        let (get_one, get_laned) = (get_through(&one_lane), get_through(&laned));
         let copy = run(&mut |_| {
             timed(&mut || {
                 dst.copy_from_slice(&local_src[..size]);
@@ -119,7 +138,7 @@ fn main() {
             })
         });
         println!(
-            "{} KiB | {hot:.2} | {get:.2} | {put:.2} | {ours:.2} | {copy:.2}",
+            "{} KiB | {hot:.2} | {get:.2} | {put:.2} | {ours:.2} | {copy:.2} | {get_one:.2} | {get_laned:.2}",
             size >> 10
         );
     }

@@ -37,8 +37,9 @@ pub struct Cma {
 
 impl Cma {
     /// `None` when `cma: off`, or when this process cannot describe itself
-    /// (no /proc: then it says so once).
-    pub fn start(mode: &str) -> Option<Cma> {
+    /// (no /proc: then it says so once). Long reads go over `lanes`
+    /// threads (`cma_lanes`).
+    pub fn start(mode: &str, lanes: usize) -> Option<Cma> {
         if mode == "off" {
             return None;
         }
@@ -49,7 +50,7 @@ impl Cma {
         }) {
             Ok((me, probe)) => Some(Cma {
                 me,
-                reader: CmaReader::new(),
+                reader: CmaReader::with_lanes(lanes),
                 probe: Box::new(probe),
                 sessions: AtomicU64::new(0),
                 refused: AtomicU64::new(0),

@@ -106,6 +106,10 @@ const KEYS: &[(&str, &str)] = &[
         "same-host clients read and write by cross-memory attach: auto or off",
     ),
     (
+        "cma_lanes",
+        "threads that copy one cross-memory read of 2 MiB or more (1 = the calling thread alone)",
+    ),
+    (
         "tcp_congestion",
         "congestion control of the node's RESP and data-plane sockets, e.g. cubic or reno (empty = the host's default)",
     ),
@@ -238,6 +242,9 @@ pub struct Cli {
     /// Same-host clients move payloads by cross-memory attach: auto or off [default: auto].
     #[arg(long, env = "STRATA_CMA")]
     cma: Option<String>,
+    /// Threads that copy one cross-memory read of 2 MiB or more [default: 2].
+    #[arg(long, env = "STRATA_CMA_LANES")]
+    cma_lanes: Option<String>,
     /// Congestion control of the RESP and data-plane sockets, e.g. cubic; empty = the host's default.
     #[arg(long, env = "STRATA_TCP_CONGESTION")]
     tcp_congestion: Option<String>,
@@ -297,6 +304,7 @@ impl Cli {
             ("device_name", self.device_name.as_ref()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.as_ref()),
             ("cma", self.cma.as_ref()),
+            ("cma_lanes", self.cma_lanes.as_ref()),
             ("tcp_congestion", self.tcp_congestion.as_ref()),
             ("worker_threads", self.worker_threads.as_ref()),
             (
@@ -361,6 +369,9 @@ pub struct Config {
     /// `auto`: offer cross-memory attach to clients on this host that prove
     /// it works (`STRATA.CMA`); `off`: never.
     pub cma: String,
+    /// Threads that copy one cross-memory read (a PUT's payload, a
+    /// replica's copy) of `strata_rdma::cma::SPLIT_MIN_BYTES` or more.
+    pub cma_lanes: u32,
     /// Congestion control of the RESP and data-plane sockets (checked at
     /// start: available and allowed); empty: the host's default.
     pub tcp_congestion: String,
@@ -443,6 +454,7 @@ impl Default for Config {
             device_name: String::new(),
             rdma_fallback_tcp: false,
             cma: "auto".into(),
+            cma_lanes: strata_rdma::cma::DEFAULT_LANES as u32,
             tcp_congestion: String::new(),
             worker_threads: 0,
             notify_keyspace_events: String::new(),
@@ -740,6 +752,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             }
             cfg.cma = v.into();
         }
+        "cma_lanes" => cfg.cma_lanes = int_in(v, 1, strata_rdma::cma::LANES_MAX as u64)? as u32,
         "tcp_congestion" => {
             if !v.is_empty() {
                 strata_rdma::sockopt::check_congestion(v)?;
@@ -875,6 +888,7 @@ impl Config {
             ("device_name", self.device_name.clone()),
             ("rdma_fallback_tcp", self.rdma_fallback_tcp.to_string()),
             ("cma", self.cma.clone()),
+            ("cma_lanes", self.cma_lanes.to_string()),
             ("tcp_congestion", self.tcp_congestion.clone()),
             ("worker_threads", self.worker_threads.to_string()),
             (

@@ -143,7 +143,7 @@ impl Node {
             incarnation: incarnation(),
             process: None,
         };
-        let cma = crate::cma::Cma::start(&cfg.cma).map(Arc::new);
+        let cma = crate::cma::Cma::start(&cfg.cma, cfg.cma_lanes as usize).map(Arc::new);
         let mut me = me;
         me.process = cma.as_ref().map(|c| c.record());
         let cluster = Cluster::new(me, cfg.standalone());

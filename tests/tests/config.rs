@@ -72,6 +72,14 @@ fn bad_flags_are_refused_naming_key_and_range() {
             ["--worker-threads", "5000"],
             "worker_threads: 5000 is out of range (allowed 0 ..= 1024)",
         ),
+        (
+            ["--cma-lanes", "0"],
+            "cma_lanes: 0 is out of range (allowed 1 ..= 16)",
+        ),
+        (
+            ["--cma-lanes", "17"],
+            "cma_lanes: 17 is out of range (allowed 1 ..= 16)",
+        ),
     ] {
         let exit = run(|c| {
             c.args(args);

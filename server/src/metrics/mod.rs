@@ -129,6 +129,7 @@ struct Exported {
     cma_reads_total: Counter,
     cma_read_bytes_total: Counter,
     cma_read_errors_total: Counter,
+    cma_lane_pieces_total: Counter,
     pubsub_subscribers: Gauge,
     pubsub_channels: Gauge,
     pubsub_patterns: Gauge,
@@ -622,6 +623,11 @@ impl Metrics {
                 Unit::Count,
                 "Cross-memory attach reads that failed (nothing was stored).",
             ),
+            cma_lane_pieces_total: counter(
+                "strata_cma_lane_pieces_total",
+                Unit::Count,
+                "Pieces of long cross-memory reads that helper threads copied (cma_lanes).",
+            ),
             pubsub_subscribers: gauge(
                 "strata_pubsub_subscribers",
                 Unit::Count,
@@ -764,6 +770,8 @@ impl Metrics {
             e.cma_reads_total.absolute(r.reads.load(Relaxed));
             e.cma_read_bytes_total.absolute(r.bytes.load(Relaxed));
             e.cma_read_errors_total.absolute(r.errors.load(Relaxed));
+            e.cma_lane_pieces_total
+                .absolute(r.lane_pieces.load(Relaxed));
         }
         {
             let (g, x) = (&s.gpu, &e.gpu);
