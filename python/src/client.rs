@@ -396,15 +396,16 @@ impl NativeClient {
 
     /// This client's own cross-memory-attach reads: (reads, bytes,
     /// errors), zeros when it cannot use it.
-    fn cma_stats(&self) -> PyResult<(u64, u64, u64)> {
+    fn cma_stats(&self) -> PyResult<(u64, u64, u64, u64)> {
         use std::sync::atomic::Ordering::Relaxed;
         Ok(match self.parts()?.0.cma_stats() {
             Some(s) => (
                 s.reads.load(Relaxed),
                 s.bytes.load(Relaxed),
                 s.errors.load(Relaxed),
+                s.lane_pieces.load(Relaxed),
             ),
-            None => (0, 0, 0),
+            None => (0, 0, 0, 0),
         })
     }
 }

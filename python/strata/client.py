@@ -268,10 +268,11 @@ class Client:
 
     def cma_stats(self) -> dict:
         """This client's own cross-memory-attach reads (zero-copy GETs from
-        nodes on this host): ``reads``, ``bytes``, ``errors``. Nodes count
-        only the PUT payloads they read."""
-        reads, nbytes, errors = self._native.cma_stats()
-        return {"reads": reads, "bytes": nbytes, "errors": errors}
+        nodes on this host): ``reads``, ``bytes``, ``errors``, and
+        ``lane_pieces``, the pieces of long reads that helper threads copied
+        (``cma_lanes``). Nodes count only the PUT payloads they read."""
+        reads, nbytes, errors, lane_pieces = self._native.cma_stats()
+        return {"reads": reads, "bytes": nbytes, "errors": errors, "lane_pieces": lane_pieces}
 
     def _one(self, key: Key, target: Any, size: Optional[int]) -> tuple:
         target, size = resolve(self._registry, target, size)

@@ -210,3 +210,21 @@ def test_cma_stats_count_this_clients_own_reads(client, key):
     # Same host, same user: the GET is this process's own copy.
     assert after["bytes"] - before["bytes"] >= 1 << 20, (before, after)
     assert after["errors"] == 0
+
+
+def test_long_cma_reads_go_over_lanes(server, key):
+    """A GET of 2 MiB or more is copied by `cma_lanes` threads: some pieces
+    by the helper with the default 2, none with 1; bytes exact either way."""
+    block = np.arange(6 << 20, dtype=np.uint32).astype(np.uint8)
+    for lanes in (2, 1):
+        with strata.Client(server.addr, cma_lanes=lanes) as c:
+            c.put_from(key(f"lanes{lanes}"), block)
+            out = np.zeros_like(block)
+            for _ in range(10):
+                out[:] = 0
+                assert c.get_into(key(f"lanes{lanes}"), out) == block.nbytes
+                assert np.array_equal(out, block)
+            pieces = c.cma_stats()["lane_pieces"]
+            assert (pieces > 0) if lanes == 2 else (pieces == 0), (lanes, pieces)
+    with pytest.raises(strata.InvalidArgumentError, match="cma_lanes must be in 1..=16"):
+        strata.Client(server.addr, cma_lanes=0)
