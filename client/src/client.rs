@@ -371,39 +371,8 @@ impl Client {
                 }
                 async move {
                     let commands: Vec<&[&[u8]]> = commands.iter().map(Vec::as_slice).collect();
-                    let mut replies = node.exchange(&commands, Idempotent::Yes).await?;
-                    let mput = match pulled.is_empty() {
-                        true => Vec::new(),
-                        false => match replies.pop() {
-                            Some(Ok(BytesFrame::Array(r))) if r.len() == pulled.len() => {
-                                r.into_iter().map(mput_pair).collect()
-                            }
-                            Some(Err(e)) => pulled.iter().map(|_| Err(e.duplicate())).collect(),
-                            Some(Ok(other)) => {
-                                let e = unexpected("one reply per MPUT pair", &other);
-                                pulled.iter().map(|_| Err(e.duplicate())).collect()
-                            }
-                            None => return Err(Error::Protocol("no reply to MPUT".into())),
-                        },
-                    };
-                    // One result per index of `idx`, in its order.
-                    let mut out: Vec<Option<Result<()>>> = idx.iter().map(|_| None).collect();
-                    let set_results = replies
-                        .into_iter()
-                        .map(|r| r.and_then(expect_ok).and_then(set_stored));
-                    for (p, r) in sets
-                        .into_iter()
-                        .zip(set_results)
-                        .chain(pulled.into_iter().zip(mput))
-                    {
-                        out[p] = Some(r);
-                    }
-                    Ok(out
-                        .into_iter()
-                        .map(|r| {
-                            r.unwrap_or_else(|| Err(Error::Protocol("no reply for a pair".into())))
-                        })
-                        .collect())
+                    let replies = node.exchange(&commands, Idempotent::Yes).await?;
+                    batch_put_results(replies, &sets, &pulled)
                 }
             })
             .await;
@@ -1108,7 +1077,41 @@ fn count(n: i64) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::Protocol(format!("negative count {n}")))
 }
 
-/// One MPUT pair's reply.
+/// The replies to one node's part of a batch put (the SETs, then the MPUT
+/// if `pulled` is not empty) as one result per item: `sets` and `pulled`
+/// are the items' positions, which together cover `0..n` once.
+fn batch_put_results(
+    mut replies: Vec<Result<BytesFrame>>,
+    sets: &[usize],
+    pulled: &[usize],
+) -> Result<Vec<Result<()>>> {
+    let mput: Vec<Result<()>> = match pulled.is_empty() {
+        true => Vec::new(),
+        false => match replies.pop() {
+            Some(Ok(BytesFrame::Array(r))) if r.len() == pulled.len() => {
+                r.into_iter().map(mput_pair).collect()
+            }
+            Some(Err(e)) => pulled.iter().map(|_| Err(e.duplicate())).collect(),
+            Some(Ok(other)) => {
+                let e = unexpected("one reply per MPUT pair", &other);
+                pulled.iter().map(|_| Err(e.duplicate())).collect()
+            }
+            None => return Err(Error::Protocol("no reply to MPUT".into())),
+        },
+    };
+    let mut out: Vec<Option<Result<()>>> = (0..sets.len() + pulled.len()).map(|_| None).collect();
+    let set_results = replies
+        .into_iter()
+        .map(|r| r.and_then(expect_ok).and_then(set_stored));
+    for (&p, r) in sets.iter().zip(set_results).chain(pulled.iter().zip(mput)) {
+        out[p] = Some(r);
+    }
+    Ok(out
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Error::Protocol("no reply for a pair".into()))))
+        .collect())
+}
+
 /// A SET without NX always stores or fails.
 fn set_stored(stored: bool) -> Result<()> {
     match stored {
@@ -1117,6 +1120,7 @@ fn set_stored(stored: bool) -> Result<()> {
     }
 }
 
+/// One MPUT pair's reply.
 fn mput_pair(reply: BytesFrame) -> Result<()> {
     match reply {
         BytesFrame::Error(text) => Err(Error::from_reply(&text)),
