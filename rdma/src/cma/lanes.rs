@@ -115,10 +115,13 @@ impl Lanes {
         len: usize,
     ) -> Result<(), TransferError> {
         let pieces = self.lanes.min(len / PIECE_MIN_BYTES);
-        let jobs = match self.jobs() {
-            Some(jobs) if len >= SPLIT_MIN_BYTES && pieces > 1 => jobs,
+        // Short reads never start the helpers.
+        let jobs = (len >= SPLIT_MIN_BYTES && pieces > 1)
+            .then(|| self.jobs())
+            .flatten();
+        let Some(jobs) = jobs else {
             // SAFETY: forwarded from this function's contract.
-            _ => return unsafe { peer.read(remote, local, len) },
+            return unsafe { peer.read(remote, local, len) };
         };
         let piece = (len / pieces) & !(PIECE_MIN_BYTES - 1);
         let handed: Vec<Arc<Piece>> = (0..pieces - 1)
