@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side comparison on this machine, in one go (about 10 minutes):
+# Side-by-side comparison on this machine, in one go ($ROUNDS rounds of
+# about 5 minutes each):
 # strata zero-copy over TCP and over cross-memory attach (the same-host
 # data plane), strata inline, Redis 7 (inline), Mooncake Store
 # (zero-copy, cross-process) and iperf3 (one loopback TCP stream, the
@@ -10,7 +11,13 @@
 # strata and Redis pipelined SET/GET, Mooncake's batch_upsert_from and
 # batch_get_into); 1 and 4 clients; then bytes per key of the index next
 # to Redis (bench/index-memory.sh, $INDEX_KEYS keys). Every value read is
-# verified. JSON lines go to $RESULTS, tables to stdout.
+# verified. JSON lines go to $RESULTS (each row tagged with its round),
+# tables to stdout: each cell the median of its rounds, so that one slow
+# second on a shared machine does not decide a ratio.
+#
+# A round runs every system once, in the same order, each strata round on
+# a fresh node; the rounds interleave, so drift of the machine over the
+# run lands on every system alike.
 #
 # Setup (packages, Mooncake venv, release build) runs first, with network;
 # the measurements then run inside `unshare -n` (only `lo`), because
@@ -24,7 +31,8 @@ RESULTS=${RESULTS:-$OUT/results.jsonl}
 VENV=${VENV:-$CARGO_TARGET_DIR/mooncake-venv}
 SIZES=${SIZES:-64KiB,1MiB,4MiB}
 CLIENTS=${CLIENTS:-"1 4"}
-DURATION=${DURATION:-2}   # seconds per phase
+DURATION=${DURATION:-1}   # seconds per phase
+ROUNDS=${ROUNDS:-3}       # interleaved rounds; cells are medians
 KEYS=${KEYS:-64}
 BATCHES=${BATCHES:-"64KiB:32 256KiB:32 1MiB:8 4MiB:4"}   # size:values per call
 INDEX_KEYS=${INDEX_KEYS:-1000000}                       # 0: skip the index figure
@@ -62,46 +70,9 @@ bench() { # system api addr target [strata-bench flags...]
     done
 }
 
-# strata
-SP=$(free_port); DP=$(free_port); MP=$(free_port)
-"$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" 2>"$OUT/strata.log" &
-PIDS+=($!)
-wait_port "$SP"
-bench strata zerocopy "127.0.0.1:$SP" strata --cma false
-bench strata-cma zerocopy "127.0.0.1:$SP" strata --cma true
-bench strata inline "127.0.0.1:$SP" strata
-kill "${PIDS[-1]}"
-
-# Redis 7, inline SET/GET through the same client
-RP=$(free_port)
-redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --daemonize no \
-    --proto-max-bulk-len 64mb >"$OUT/redis.log" 2>&1 &
-PIDS+=($!)
-wait_port "$RP"
-bench redis inline "127.0.0.1:$RP" redis
-kill "${PIDS[-1]}"
-
-# Mooncake Store: master + holder + bench, all started by the script
-# A Mooncake call that fails is counted in its row (marked ! in the table);
-# it does not stop the comparison.
-mooncake() {
-    "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --json "$RESULTS" --duration "$DURATION" "$@" \
-        2>>"$OUT/mooncake.log" || echo "mooncake_bench $*: some operations failed (see the table)" >&2
-}
-for c in $CLIENTS; do
-    mooncake --sizes "$SIZES" --keys "$KEYS" -c "$c"
-    for b in $BATCHES; do
-        mooncake --sizes "${b%%:*}" --keys "$((${b##*:} * 4))" --batch "${b##*:}" -c "$c"
-    done
-done
-
-# iperf3: one loopback stream, the ceiling for any TCP data plane
-IP=$(free_port)
-iperf3 -s -B 127.0.0.1 -p "$IP" >"$OUT/iperf3-server.log" 2>&1 &
-PIDS+=($!)
-wait_port "$IP"
-iperf3 -c 127.0.0.1 -p "$IP" -t 3 -J >"$OUT/iperf3.json"
-python3 - "$OUT/iperf3.json" >>"$RESULTS" <<'PY'
+# compare.sh's JSON row for an iperf3 client's JSON report.
+iperf3_row() {
+    python3 - "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["end"]["sum_received"]
 print(json.dumps({"system": "iperf3", "scenario": "c1", "api": "tcp", "threads": 1, "procs": 1,
@@ -109,6 +80,68 @@ print(json.dumps({"system": "iperf3", "scenario": "c1", "api": "tcp", "threads":
                   "GBps": r["bits_per_second"] / 8e9, "p50_us": 0, "p99_us": 0, "p999_us": 0,
                   "errors": 0, "mismatches": 0}))
 PY
+}
+
+one_round() {
+    # strata
+    SP=$(free_port); DP=$(free_port); MP=$(free_port)
+    # Prefaulted (OPERATIONS.md, "Memory"), as Mooncake's segment is
+    # allocated up front: so the first column does not pay the kernel's
+    # first touch of the arena for the two after it.
+    "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" \
+        --cpu-memory-prefault true 2>"$OUT/strata.log" &
+    PIDS+=($!)
+    wait_port "$SP"
+    wait_log "$OUT/strata.log" "DRAM arena prefaulted"
+    bench strata zerocopy "127.0.0.1:$SP" strata --cma false
+    bench strata-cma zerocopy "127.0.0.1:$SP" strata --cma true
+    bench strata inline "127.0.0.1:$SP" strata
+    kill "${PIDS[-1]}"
+
+    # Redis 7, inline SET/GET through the same client
+    RP=$(free_port)
+    redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --daemonize no \
+        --proto-max-bulk-len 64mb >"$OUT/redis.log" 2>&1 &
+    PIDS+=($!)
+    wait_port "$RP"
+    bench redis inline "127.0.0.1:$RP" redis
+    kill "${PIDS[-1]}"
+
+    # Mooncake Store: master + holder + bench, all started by the script.
+    # A Mooncake call that fails is counted in its row (marked ! in the table);
+    # it does not stop the comparison.
+    mooncake() {
+        "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --json "$RESULTS" --duration "$DURATION" "$@" \
+            2>>"$OUT/mooncake.log" || echo "mooncake_bench $*: some operations failed (see the table)" >&2
+    }
+    for c in $CLIENTS; do
+        mooncake --sizes "$SIZES" --keys "$KEYS" -c "$c"
+        for b in $BATCHES; do
+            mooncake --sizes "${b%%:*}" --keys "$((${b##*:} * 4))" --batch "${b##*:}" -c "$c"
+        done
+    done
+
+    # iperf3: one loopback stream, the ceiling for any TCP data plane
+    IP=$(free_port)
+    iperf3 -s -B 127.0.0.1 -p "$IP" >"$OUT/iperf3-server.log" 2>&1 &
+    PIDS+=($!)
+    wait_port "$IP"
+    iperf3 -c 127.0.0.1 -p "$IP" -t 3 -J >"$OUT/iperf3.json"
+    kill "${PIDS[-1]}"
+    iperf3_row "$OUT/iperf3.json" >>"$RESULTS"
+}
+
+for r in $(seq "$ROUNDS"); do
+    echo "round $r of $ROUNDS: $(uptime)" >&2
+    : >"$OUT/round.jsonl"
+    RESULTS=$OUT/round.jsonl one_round
+    python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    if line.strip():
+        row = json.loads(line); row["round"] = int(sys.argv[2]); print(json.dumps(row))
+' "$OUT/round.jsonl" "$r" >>"$RESULTS"
+done
 
 python3 "$ROOT/bench/compare_table.py" "$RESULTS"
 echo

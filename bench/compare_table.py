@@ -3,9 +3,16 @@
 per (size, op, clients) for every system, one value per call and then in
 batches; then strata's ratios to Mooncake and to iperf3 for 1 MiB GET and
 PUT, and of its zero-copy batches to its inline pipelined ones and to
-Mooncake's batch calls."""
+Mooncake's batch calls.
+
+With several rounds (compare.sh's `ROUNDS`; each row's "round"), a cell is
+the median of its rounds (GB/s and p99 each), a ratio is the ratio of two
+medians, and the range of that ratio over the rounds follows it in
+brackets, so that a noisy round shows as a spread instead of deciding the
+figure."""
 
 import json
+import statistics
 import sys
 
 COLUMNS = [("strata", "zerocopy"), ("strata-cma", "zerocopy"), ("strata", "inline"), ("redis", "inline"),
@@ -39,10 +46,33 @@ def table(cells, keys, batch):
         print(f"{human(size):>6} {op:<4} {c:>2} | " + " | ".join(parts))
 
 
+def median_row(rows):
+    """One row for a cell measured in several rounds: the median GB/s and
+    p99, the errors of all rounds, and each round's GB/s by round."""
+    out = dict(rows[0])
+    out["GBps"] = statistics.median(r["GBps"] for r in rows)
+    out["p99_us"] = int(statistics.median(r["p99_us"] for r in rows))
+    out["errors"] = sum(r["errors"] for r in rows)
+    out["mismatches"] = sum(r.get("mismatches", 0) for r in rows)
+    out["by_round"] = {r.get("round", 1): r["GBps"] for r in rows}
+    return out
+
+
+def ratio(me, other):
+    """`me`/`other` of two median rows, with the range over the rounds both
+    ran in when there are several: '0.85x [0.71-0.93]'."""
+    text = f"{me['GBps'] / other['GBps']:.2f}x"
+    per = [me["by_round"][r] / other["by_round"][r]
+           for r in me["by_round"] if other["by_round"].get(r)]
+    if len(per) > 1:
+        text += f" [{min(per):.2f}-{max(per):.2f}]"
+    return text
+
+
 def ratios(cells, clients, title, system, size, batch, against, iperf):
     """One line per (op, clients) of `system`'s zero-copy GB/s at `size` and
     `batch` values per call, with its ratio to each (label, (system, api))
-    of `against` and to iperf3."""
+    of `against` and to iperf3 (`iperf`: its median row)."""
     print("\n" + title)
     for op in ("get", "put"):
         for c in clients:
@@ -53,21 +83,28 @@ def ratios(cells, clients, title, system, size, batch, against, iperf):
             for label, (s, a) in against:
                 other = cells.get((s, a, size, op, c, batch))
                 if other and other["GBps"]:
-                    line += f", {label} {me['GBps'] / other['GBps']:.2f}x"
+                    line += f", {label} {ratio(me, other)}"
             if iperf:
-                line += f", strata/iperf3 {me['GBps'] / iperf:.2f}"
+                line += f", strata/iperf3 {ratio(me, iperf)}"
             print(line)
 
 
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    cells = {(r["system"], r["api"], r["size"], r["op"], r["threads"], batch_of(r)): r for r in rows}
-    iperf = next((r["GBps"] for r in rows if r["system"] == "iperf3"), None)
+    grouped = {}
+    for r in rows:
+        grouped.setdefault((r["system"], r["api"], r["size"], r["op"], r["threads"], batch_of(r)), []).append(r)
+    cells = {k: median_row(v) for k, v in grouped.items()}
+    iperf_rows = [r for r in rows if r["system"] == "iperf3"]
+    iperf = median_row(iperf_rows) if iperf_rows else None
+    rounds = sorted({r.get("round", 1) for r in rows})
     measured = [r for r in rows if r["system"] != "iperf3"]
     order = lambda k: (k[0], k[1] != "put", k[2])  # noqa: E731
     singles = sorted({(r["size"], r["op"], r["threads"]) for r in measured if batch_of(r) == 1}, key=order)
     batches = {r["size"]: batch_of(r) for r in measured if batch_of(r) > 1}
     batched = sorted({(r["size"], r["op"], r["threads"]) for r in measured if batch_of(r) > 1}, key=order)
+    if len(rounds) > 1:
+        print(f"Medians of {len(rounds)} rounds; ratios are of medians, [the range over the rounds].\n")
     print("One value per call:")
     table(cells, singles, lambda size: 1)
     if batched:
@@ -75,7 +112,9 @@ def main(path):
               "; GB/s counts values, p99 is per batch):")
         table(cells, batched, lambda size: batches[size])
     if iperf:
-        print(f"\niperf3 single stream (loopback): {iperf:.3f} GB/s")
+        spread = sorted(iperf["by_round"].values())
+        print(f"\niperf3 single stream (loopback): {iperf['GBps']:.3f} GB/s" +
+              (f" [{spread[0]:.3f}-{spread[-1]:.3f}]" if len(spread) > 1 else ""))
     clients = sorted({r["threads"] for r in measured})
     mib = 1 << 20
     ratios(cells, clients, "strata zero-copy, 1 MiB:", "strata", mib, 1,
@@ -88,7 +127,7 @@ def main(path):
                None)
     failed = [r for r in rows if r["errors"] or r.get("mismatches")]
     if failed:
-        print(f"\n{len(failed)} cell(s) had errors or mismatches (marked !)")
+        print(f"\n{len(failed)} cell-round(s) had errors or mismatches (marked !)")
 
 
 if __name__ == "__main__":
