@@ -10,6 +10,13 @@ wait_port() {
     return 1
 }
 
+# Waits (up to 60 s) until file $1 contains the text $2.
+wait_log() {
+    for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    echo "$1 never said: $2" >&2
+    return 1
+}
+
 # Installs the Debian packages named that are missing.
 need_packages() {
     local need=() p

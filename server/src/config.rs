@@ -44,6 +44,10 @@ const KEYS: &[(&str, &str)] = &[
     ),
     ("cpu_memory_pool_size", "bytes of DRAM arena for values"),
     (
+        "cpu_memory_prefault",
+        "fault the whole DRAM arena in at start, in the background (true or false)",
+    ),
+    (
         "gpu_memory_pool_size",
         "bytes of GPU memory as the top tier (0 = none; needs a build with the cuda feature)",
     ),
@@ -164,6 +168,9 @@ pub struct Cli {
     /// DRAM arena, e.g. 8GiB [default: 1GiB].
     #[arg(long, env = "STRATA_CPU_MEMORY_POOL_SIZE")]
     cpu_memory_pool_size: Option<String>,
+    /// Fault the whole DRAM arena in at start, in the background [default: false].
+    #[arg(long, env = "STRATA_CPU_MEMORY_PREFAULT")]
+    cpu_memory_prefault: Option<String>,
     /// Largest value [default: 512MiB].
     #[arg(long, env = "STRATA_MAX_VALUE_SIZE")]
     max_value_size: Option<String>,
@@ -272,6 +279,7 @@ impl Cli {
             ("lease_ttl_ms", self.lease_ttl_ms.as_ref()),
             ("max_leases", self.max_leases.as_ref()),
             ("cpu_memory_pool_size", self.cpu_memory_pool_size.as_ref()),
+            ("cpu_memory_prefault", self.cpu_memory_prefault.as_ref()),
             ("max_value_size", self.max_value_size.as_ref()),
             ("gpu_memory_pool_size", self.gpu_memory_pool_size.as_ref()),
             ("gpu_device_id", self.gpu_device_id.as_ref()),
@@ -330,6 +338,8 @@ pub struct Config {
     pub lease_ttl_ms: u64,
     pub max_leases: u32,
     pub cpu_memory_pool_size: u64,
+    /// Fault the arena in on a background thread at start (`prefault`).
+    pub cpu_memory_prefault: bool,
     /// 0: no GPU tier.
     pub gpu_memory_pool_size: u64,
     pub gpu_device_id: u32,
@@ -428,6 +438,7 @@ impl Default for Config {
             lease_ttl_ms: 5_000,
             max_leases: 4096,
             cpu_memory_pool_size: GIB,
+            cpu_memory_prefault: false,
             gpu_memory_pool_size: 0,
             gpu_device_id: 0,
             max_value_size: DEFAULT_MAX_VALUE,
@@ -630,6 +641,14 @@ fn size_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
     Ok(n)
 }
 
+fn boolean(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("{text:?} is not a boolean (true or false)")),
+    }
+}
+
 fn int_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
     let n: u64 = text
         .trim()
@@ -699,6 +718,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "lease_ttl_ms" => cfg.lease_ttl_ms = int_in(v, MIN_LEASE_MS, MAX_LEASE_MS)?,
         "max_leases" => cfg.max_leases = int_in(v, 1, MAX_LEASES_LIMIT)? as u32,
         "cpu_memory_pool_size" => cfg.cpu_memory_pool_size = size_in(v, MIN_POOL, MAX_POOL)?,
+        "cpu_memory_prefault" => cfg.cpu_memory_prefault = boolean(v)?,
         "max_value_size" => cfg.max_value_size = size_in(v, 1, 4 * GIB)?,
         "max_request_size" => cfg.max_request_size = size_in(v, KIB, 16 * GIB)?,
         "max_connections" => cfg.max_connections = int_in(v, 1, MAX_CONNECTIONS_LIMIT)? as u32,
@@ -766,13 +786,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "pubsub_output_buffer_limit" => {
             cfg.pubsub_output_buffer_limit = size_in(v, 64 * KIB, 4 * GIB)?
         }
-        "rdma_fallback_tcp" => {
-            cfg.rdma_fallback_tcp = match v.trim() {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" => false,
-                _ => return Err(format!("{v:?} is not a boolean (true or false)")),
-            }
-        }
+        "rdma_fallback_tcp" => cfg.rdma_fallback_tcp = boolean(v)?,
         "ssd_path" => {
             if v.contains('\0') {
                 return Err("contains a NUL byte".into());
@@ -812,13 +826,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             }
             cfg.ssd_engine = v.into();
         }
-        "ssd_direct_io" => {
-            cfg.ssd_direct_io = match v.trim() {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" => false,
-                _ => return Err(format!("{v:?} is not a boolean (true or false)")),
-            }
-        }
+        "ssd_direct_io" => cfg.ssd_direct_io = boolean(v)?,
         "ssd_spill_queue_size" => cfg.ssd_spill_queue_size = size_in(v, MIB, 64 * GIB)?,
         "log_level" => {
             tracing_subscriber::EnvFilter::try_new(v)
@@ -848,6 +856,7 @@ impl Config {
                 self.cpu_memory_pool_size.to_string(),
             ),
             ("maxmemory", self.cpu_memory_pool_size.to_string()),
+            ("cpu_memory_prefault", self.cpu_memory_prefault.to_string()),
             (
                 "gpu_memory_pool_size",
                 self.gpu_memory_pool_size.to_string(),

@@ -19,6 +19,7 @@ pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod node;
+pub mod prefault;
 pub mod pubsub;
 pub mod session;
 pub mod tiers;

@@ -102,6 +102,11 @@ impl Node {
             },
             gpu,
         )?;
+        if cfg.cpu_memory_prefault {
+            // Detached: it logs its end and stops by itself with the store.
+            crate::prefault::spawn(store.arena_handle())
+                .context("cannot start the thread that prefaults the DRAM arena")?;
+        }
         let lower = crate::tiers::open(&cfg, &store).await?;
         let limits = Limits {
             max_bulk_len: cfg.effective_max_value(),

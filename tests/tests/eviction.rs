@@ -85,3 +85,45 @@ fn value_larger_than_the_pool_is_too_large() {
     assert!(reply.starts_with("-TOOLARGE "), "{reply:?}");
     assert_eq!(server.conn().request(&[b"EXISTS", b"big"]), b":0\r\n");
 }
+
+/// `cpu_memory_prefault`: the arena is faulted in in the background while
+/// the node already serves, values written meanwhile keep their bytes, and
+/// the node says when it is done. Without it the arena stays lazy.
+#[test]
+fn prefault_brings_the_whole_pool_in_while_serving() {
+    const PREFAULT_POOL: u64 = 192 * MIB;
+    let pool = format!("{}MiB", PREFAULT_POOL / MIB);
+    let lazy = Server::start(&["--cpu-memory-pool-size", &pool, "--ssd-pool-size", "0"]);
+    let server = Server::start(&[
+        "--cpu-memory-pool-size",
+        &pool,
+        "--ssd-pool-size",
+        "0",
+        "--cpu-memory-prefault",
+        "true",
+    ]);
+    let mut conn = server.client(false);
+    let early: Vec<u8> = value(7);
+    redis::cmd("SET")
+        .arg("early")
+        .arg(&early)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let done = strata_tests::wait_until(
+        strata_tests::within(std::time::Duration::from_secs(60)),
+        || server.stderr().contains("DRAM arena prefaulted"),
+    );
+    assert!(done, "no end of prefault logged:\n{}", server.stderr());
+    assert!(
+        server.rss_bytes() >= PREFAULT_POOL,
+        "RSS {} after prefaulting a pool of {PREFAULT_POOL}",
+        server.rss_bytes()
+    );
+    assert!(
+        lazy.rss_bytes() < PREFAULT_POOL / 2,
+        "a node without prefault holds {} bytes before any write",
+        lazy.rss_bytes()
+    );
+    let got: Vec<u8> = redis::cmd("GET").arg("early").query(&mut conn).unwrap();
+    assert!(got == early, "a value written during the prefault changed");
+}

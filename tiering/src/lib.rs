@@ -27,6 +27,6 @@ mod gpu_tests;
 
 pub use events::{Observer, TierEvent};
 pub use store::{
-    Condition, Evicted, Expiry, GpuStats, LowerTier, Meta, Reservation, Store, StoreConfig,
-    StoreError, StoreStats, Tier, Ttl, Value,
+    ArenaHandle, Condition, Evicted, Expiry, GpuStats, LowerTier, Meta, Reservation, Store,
+    StoreConfig, StoreError, StoreStats, Tier, Ttl, Value,
 };

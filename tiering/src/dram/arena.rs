@@ -136,6 +136,77 @@ impl Arena {
         }
     }
 
+    /// Faults in every page of `offset..offset + len` (widened to whole
+    /// pages) as writable, without reading or writing a byte of it
+    /// (`MADV_POPULATE_WRITE`, Linux 5.14 and later). Pages already present
+    /// and their contents are left as they are, so this may run while
+    /// values in the range are written and read: it takes no borrow.
+    ///
+    /// Why: a fresh arena is mapped lazily, and the first write to each
+    /// (huge) page pays the kernel's fault and zeroing (measured here:
+    /// 0.3-7.6 GB/s for first touches against 40+ for a warm copy), which
+    /// a node would otherwise charge to its first writes.
+    pub fn populate(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.contains(offset, len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{offset}+{len} lies outside the arena of {} bytes",
+                    self.len
+                ),
+            ));
+        }
+        let start = offset - offset % PAGE_BYTES;
+        let end = (offset + len)
+            .next_multiple_of(PAGE_BYTES)
+            .min(self.mapped_bytes as u64);
+        if end <= start {
+            return Ok(());
+        }
+        populate_write(
+            // SAFETY: `start` lies inside the mapping (checked above).
+            unsafe { self.base.as_ptr().add(start as usize) },
+            (end - start) as usize,
+        )
+    }
+
+    /// Bytes of `offset..offset + len` (whole pages) resident in memory
+    /// now (`mincore`): what a prefault has reached, for tests and logs.
+    pub fn resident_bytes(&self, offset: u64, len: u64) -> io::Result<u64> {
+        if !self.contains(offset, len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{offset}+{len} lies outside the arena of {} bytes",
+                    self.len
+                ),
+            ));
+        }
+        let start = offset - offset % PAGE_BYTES;
+        let end = (offset + len)
+            .next_multiple_of(PAGE_BYTES)
+            .min(self.mapped_bytes as u64);
+        let pages = ((end.saturating_sub(start)) / PAGE_BYTES) as usize;
+        let mut flags = vec![0u8; pages];
+        if pages == 0 {
+            return Ok(0);
+        }
+        // SAFETY: the range is inside the mapping (checked above) and
+        // page-aligned; `flags` has one byte per page of it. mincore only
+        // reports residency and changes nothing.
+        let rc = unsafe {
+            libc::mincore(
+                self.base.as_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                flags.as_mut_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(flags.iter().filter(|&&f| f & 1 != 0).count() as u64 * PAGE_BYTES)
+    }
+
     fn contains(&self, offset: u64, len: u64) -> bool {
         offset.checked_add(len).is_some_and(|end| end <= self.len)
     }
@@ -148,6 +219,37 @@ impl Drop for Arena {
         let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped_bytes) };
         debug_assert_eq!(rc, 0, "munmap failed: {}", io::Error::last_os_error());
     }
+}
+
+#[cfg(target_os = "linux")]
+fn populate_write(start: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller passes a page-aligned range inside a live private
+    // anonymous mapping; MADV_POPULATE_WRITE only faults pages in (as a
+    // write would, without writing), it never changes their contents.
+    let rc = unsafe { libc::madvise(start.cast(), len, libc::MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    Err(match e.raw_os_error() {
+        Some(libc::EINVAL) => io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this kernel has no MADV_POPULATE_WRITE (needs Linux 5.14 or later)",
+        ),
+        Some(libc::ENOMEM) | Some(libc::EFAULT) => io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("the kernel could not fault the pages in ({e})"),
+        ),
+        _ => e,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate_write(_start: *mut u8, _len: usize) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "prefaulting needs Linux",
+    ))
 }
 
 /// Asks for transparent huge pages: fewer TLB misses when values are copied or
@@ -208,6 +310,47 @@ mod tests {
         let base = arena.base_addr();
         let moved = std::thread::spawn(move || arena).join().unwrap();
         assert_eq!(moved.base_addr(), base);
+    }
+
+    #[test]
+    fn populate_faults_pages_in_and_keeps_their_bytes() {
+        let arena = Arena::new(64 * PAGE_BYTES).unwrap();
+        // SAFETY: in bounds, and no other borrow is alive.
+        unsafe { arena.slice_mut(5 * PAGE_BYTES + 7, 5) }.copy_from_slice(b"value");
+        let before = arena.resident_bytes(0, arena.len()).unwrap();
+        assert!(
+            before < 64 * PAGE_BYTES,
+            "a fresh mapping is not all resident"
+        );
+        arena.populate(PAGE_BYTES + 1, 10 * PAGE_BYTES).unwrap();
+        // Widened to whole pages: pages 1 ..= 11.
+        assert_eq!(
+            arena.resident_bytes(PAGE_BYTES, 11 * PAGE_BYTES).unwrap(),
+            11 * PAGE_BYTES
+        );
+        arena.populate(0, arena.len()).unwrap();
+        assert_eq!(
+            arena.resident_bytes(0, arena.len()).unwrap(),
+            64 * PAGE_BYTES
+        );
+        // SAFETY: in bounds; the mutable borrow above has ended.
+        assert_eq!(unsafe { arena.slice(5 * PAGE_BYTES + 6, 7) }, b"\0value\0");
+        // SAFETY: in bounds, and no mutable borrow is alive.
+        let first_page = unsafe { arena.slice(0, PAGE_BYTES) };
+        assert!(first_page.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn populate_refuses_ranges_outside_the_arena() {
+        let arena = Arena::new(4 * PAGE_BYTES).unwrap();
+        for (offset, len) in [(0, 4 * PAGE_BYTES + 1), (4 * PAGE_BYTES, 1), (u64::MAX, 2)] {
+            assert_eq!(
+                arena.populate(offset, len).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+            assert!(arena.resident_bytes(offset, len).is_err());
+        }
+        arena.populate(arena.len(), 0).unwrap();
     }
 
     #[test]

@@ -49,6 +49,31 @@ pub(crate) use index::scan_hash;
 use index::{Entry, Index, LruCursor};
 use slot::{Cells, GpuPool, Shared, Slot, SlotRef};
 
+/// See [`Store::arena_handle`]. Each call returns `None` once the store is
+/// gone (its arena unmapped), so a thread holding one stops by itself.
+#[derive(Clone)]
+pub struct ArenaHandle(std::sync::Weak<Shared>);
+
+impl ArenaHandle {
+    /// Bytes of the arena.
+    pub fn capacity(&self) -> Option<u64> {
+        self.0.upgrade().map(|s| s.arena.len())
+    }
+
+    /// See [`Arena::populate`]: faults a range in without changing a byte,
+    /// safe while values in it are written and read.
+    pub fn populate(&self, offset: u64, len: u64) -> Option<std::io::Result<()>> {
+        self.0.upgrade().map(|s| s.arena.populate(offset, len))
+    }
+
+    /// See [`Arena::resident_bytes`].
+    pub fn resident_bytes(&self, offset: u64, len: u64) -> Option<std::io::Result<u64>> {
+        self.0
+            .upgrade()
+            .map(|s| s.arena.resident_bytes(offset, len))
+    }
+}
+
 /// Store-wide settings, validated by the caller.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -473,6 +498,13 @@ impl Store {
     /// The arena as one region `(addr, len)`, for transport registration.
     pub fn region(&self) -> (usize, u64) {
         (self.shared.arena.base_addr(), self.shared.arena.len())
+    }
+
+    /// A handle on the arena that does not keep the store alive: for
+    /// faulting the arena in from a thread of the caller's
+    /// (`cpu_memory_prefault`) while the store serves.
+    pub fn arena_handle(&self) -> ArenaHandle {
+        ArenaHandle(Arc::downgrade(&self.shared))
     }
 
     /// Refuses a value before anything is buffered when it can never fit.
