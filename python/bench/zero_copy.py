@@ -19,7 +19,9 @@ costs a Python process several hundred microseconds per 1 MiB).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import mmap
 import random
 import sys
 import threading
@@ -77,13 +79,20 @@ def raw_phase(clients, op, size, keys, pools, args) -> dict:
 
 
 class _Pool:
-    """One registered numpy buffer of `size` bytes (a `mb.Buffer` lookalike)."""
+    """One registered, page-aligned buffer of `size` bytes with a numpy view
+    (a `mb.Buffer` lookalike). Page-aligned as strata-bench's buffers and
+    torch's (64-byte) allocations are: `np.zeros` memory starts 16 bytes
+    into a page, and a same-host read into memory whose alignment differs
+    from the value's by 16 bytes runs at about half speed (the kernel's
+    copy; docs/BENCHMARKS.md §5, python/README.md)."""
 
     def __init__(self, client, size):
         import numpy as np
 
-        self.view = np.zeros(size, dtype=np.uint8)
-        self.ptr = self.view.ctypes.data
+        self.mm = mmap.mmap(-1, size)
+        self.view = np.frombuffer(self.mm, dtype=np.uint8)
+        self.view[:] = 0  # fault the pages in before timing
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
         client.register_buffer(self.ptr, size)
 
 

@@ -395,8 +395,8 @@ impl NativeClient {
     }
 
     /// This client's own cross-memory-attach reads: (reads, bytes,
-    /// errors), zeros when it cannot use it.
-    fn cma_stats(&self) -> PyResult<(u64, u64, u64, u64)> {
+    /// errors, lane pieces, misaligned reads), zeros when it cannot use it.
+    fn cma_stats(&self) -> PyResult<(u64, u64, u64, u64, u64)> {
         use std::sync::atomic::Ordering::Relaxed;
         Ok(match self.parts()?.0.cma_stats() {
             Some(s) => (
@@ -404,8 +404,9 @@ impl NativeClient {
                 s.bytes.load(Relaxed),
                 s.errors.load(Relaxed),
                 s.lane_pieces.load(Relaxed),
+                s.misaligned.load(Relaxed),
             ),
-            None => (0, 0, 0, 0),
+            None => (0, 0, 0, 0, 0),
         })
     }
 }

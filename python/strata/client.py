@@ -270,9 +270,13 @@ class Client:
         """This client's own cross-memory-attach reads (zero-copy GETs from
         nodes on this host): ``reads``, ``bytes``, ``errors``, and
         ``lane_pieces``, the pieces of long reads that helper threads copied
-        (``cma_lanes``). Nodes count only the PUT payloads they read."""
-        reads, nbytes, errors, lane_pieces = self._native.cma_stats()
-        return {"reads": reads, "bytes": nbytes, "errors": errors, "lane_pieces": lane_pieces}
+        (``cma_lanes``), and ``misaligned``, reads of 64 KiB or more into
+        memory not aligned like the node's arena modulo 64 bytes (copied at
+        half speed or less: align the buffers). Nodes count only the PUT
+        payloads they read."""
+        reads, nbytes, errors, lane_pieces, misaligned = self._native.cma_stats()
+        return {"reads": reads, "bytes": nbytes, "errors": errors, "lane_pieces": lane_pieces,
+                "misaligned": misaligned}
 
     def _one(self, key: Key, target: Any, size: Optional[int]) -> tuple:
         target, size = resolve(self._registry, target, size)

@@ -146,6 +146,7 @@ fn render(node: &Node, section: &str, out: &mut String) {
                     line(out, "cma_read_bytes", r.bytes.load(Relaxed));
                     line(out, "cma_read_errors", r.errors.load(Relaxed));
                     line(out, "cma_lane_pieces", r.lane_pieces.load(Relaxed));
+                    line(out, "cma_misaligned_reads", r.misaligned.load(Relaxed));
                 }
                 None => line(out, "cma_enabled", 0),
             }

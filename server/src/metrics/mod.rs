@@ -130,6 +130,7 @@ struct Exported {
     cma_read_bytes_total: Counter,
     cma_read_errors_total: Counter,
     cma_lane_pieces_total: Counter,
+    cma_misaligned_reads_total: Counter,
     pubsub_subscribers: Gauge,
     pubsub_channels: Gauge,
     pubsub_patterns: Gauge,
@@ -628,6 +629,11 @@ impl Metrics {
                 Unit::Count,
                 "Pieces of long cross-memory reads that helper threads copied (cma_lanes).",
             ),
+            cma_misaligned_reads_total: counter(
+                "strata_cma_misaligned_reads_total",
+                Unit::Count,
+                "Cross-memory reads of 64 KiB or more from client buffers not aligned like the arena modulo 64 bytes (the kernel copies them at half speed or less).",
+            ),
             pubsub_subscribers: gauge(
                 "strata_pubsub_subscribers",
                 Unit::Count,
@@ -772,6 +778,8 @@ impl Metrics {
             e.cma_read_errors_total.absolute(r.errors.load(Relaxed));
             e.cma_lane_pieces_total
                 .absolute(r.lane_pieces.load(Relaxed));
+            e.cma_misaligned_reads_total
+                .absolute(r.misaligned.load(Relaxed));
         }
         {
             let (g, x) = (&s.gpu, &e.gpu);
