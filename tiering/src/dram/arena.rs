@@ -147,19 +147,7 @@ impl Arena {
     /// 0.3-7.6 GB/s for first touches against 40+ for a warm copy), which
     /// a node would otherwise charge to its first writes.
     pub fn populate(&self, offset: u64, len: u64) -> io::Result<()> {
-        if !self.contains(offset, len) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{offset}+{len} lies outside the arena of {} bytes",
-                    self.len
-                ),
-            ));
-        }
-        let start = offset - offset % PAGE_BYTES;
-        let end = (offset + len)
-            .next_multiple_of(PAGE_BYTES)
-            .min(self.mapped_bytes as u64);
+        let (start, end) = self.pages_of(offset, len)?;
         if end <= start {
             return Ok(());
         }
@@ -173,24 +161,12 @@ impl Arena {
     /// Bytes of `offset..offset + len` (whole pages) resident in memory
     /// now (`mincore`): what a prefault has reached, for tests and logs.
     pub fn resident_bytes(&self, offset: u64, len: u64) -> io::Result<u64> {
-        if !self.contains(offset, len) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{offset}+{len} lies outside the arena of {} bytes",
-                    self.len
-                ),
-            ));
-        }
-        let start = offset - offset % PAGE_BYTES;
-        let end = (offset + len)
-            .next_multiple_of(PAGE_BYTES)
-            .min(self.mapped_bytes as u64);
+        let (start, end) = self.pages_of(offset, len)?;
         let pages = ((end.saturating_sub(start)) / PAGE_BYTES) as usize;
-        let mut flags = vec![0u8; pages];
         if pages == 0 {
             return Ok(0);
         }
+        let mut flags = vec![0u8; pages];
         // SAFETY: the range is inside the mapping (checked above) and
         // page-aligned; `flags` has one byte per page of it. mincore only
         // reports residency and changes nothing.
@@ -205,6 +181,25 @@ impl Arena {
             return Err(io::Error::last_os_error());
         }
         Ok(flags.iter().filter(|&&f| f & 1 != 0).count() as u64 * PAGE_BYTES)
+    }
+
+    /// `offset..offset + len` widened to whole pages of the mapping, or an
+    /// error if it leaves the arena.
+    fn pages_of(&self, offset: u64, len: u64) -> io::Result<(u64, u64)> {
+        if !self.contains(offset, len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{offset}+{len} lies outside the arena of {} bytes",
+                    self.len
+                ),
+            ));
+        }
+        let start = offset - offset % PAGE_BYTES;
+        let end = (offset + len)
+            .next_multiple_of(PAGE_BYTES)
+            .min(self.mapped_bytes as u64);
+        Ok((start, end))
     }
 
     fn contains(&self, offset: u64, len: u64) -> bool {
