@@ -289,16 +289,18 @@ impl Conn<'_> {
         let mut head = BytesMut::with_capacity(p.header_at + 4);
         head.extend_from_slice(&self.rbuf[..p.header_at]);
         head.extend_from_slice(b"$0\r\n");
-        let dst = res.as_mut_slice();
-        dst[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
+        res.as_mut_slice()[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
         self.rbuf.clear();
         let mut filled = have;
-        while filled < dst.len() {
-            let n = self.sock.read(&mut dst[filled..]).await?;
+        while filled < p.len {
+            let n = self.sock.read(&mut res.as_mut_slice()[filled..]).await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
             filled += n;
+            // Summed while the rest of the value is still on the wire, so
+            // that SET's seal only sums the last piece.
+            res.sum_filled(filled);
             node.metrics
                 .counters
                 .net_input_bytes_total

@@ -321,6 +321,10 @@ pub struct Reservation {
     shared: Arc<Shared>,
     chunk: Option<Chunk>,
     len: u64,
+    /// Leading bytes already summed into `crc` ([`Reservation::sum_filled`]).
+    summed: u64,
+    /// Boxed: it is 296 bytes, and only values that stream in use it.
+    crc: Option<Box<crate::checksum::Crc32cStream>>,
 }
 
 impl std::fmt::Debug for Reservation {
@@ -351,7 +355,41 @@ impl Reservation {
     pub fn addr(&self) -> usize {
         self.shared.arena.base_addr() + self.chunk.map_or(0, |c| c.offset as usize)
     }
+
+    /// Notes that the first `filled` bytes hold their final contents: they
+    /// are summed now, while still in cache and typically while the next
+    /// bytes are still arriving, in steps of at least [`SUM_STEP_BYTES`],
+    /// so that sealing sums only the rest. A writer that fills the chunk
+    /// front to back calls it after each piece; bytes must not change once
+    /// noted (sealing would then record the checksum of the old ones).
+    pub fn sum_filled(&mut self, filled: usize) {
+        let filled = (filled as u64).min(self.len);
+        if filled < self.summed + SUM_STEP_BYTES && filled < self.len {
+            return;
+        }
+        let from = self.summed as usize;
+        let mut crc = self.crc.take().unwrap_or_default();
+        crc.update(&self.as_mut_slice()[from..filled as usize]);
+        self.crc = Some(crc);
+        self.summed = filled;
+    }
+
+    /// CRC-32C of the whole chunk: the bytes noted so far and the rest.
+    fn checksum(&mut self) -> u32 {
+        let from = self.summed as usize;
+        match self.crc.take() {
+            None => crate::checksum::crc32c(self.as_mut_slice()),
+            Some(mut crc) => {
+                crc.update(&self.as_mut_slice()[from..]);
+                crc.finish()
+            }
+        }
+    }
 }
+
+/// Least bytes [`Reservation::sum_filled`] sums at a time: small socket
+/// reads are gathered so that each checksum call runs at full speed.
+const SUM_STEP_BYTES: u64 = 64 << 10;
 
 impl Drop for Reservation {
     fn drop(&mut self) {
@@ -623,6 +661,8 @@ impl Store {
             shared: self.shared.clone(),
             chunk: Some(chunk),
             len,
+            summed: 0,
+            crc: None,
         }
     }
 
@@ -704,7 +744,7 @@ impl Store {
         version: Option<u64>,
         clean: bool,
     ) -> SlotRef {
-        let checksum = crate::checksum::crc32c(res.as_mut_slice());
+        let checksum = res.checksum();
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
         let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
