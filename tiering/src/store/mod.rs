@@ -323,8 +323,7 @@ pub struct Reservation {
     len: u64,
     /// Leading bytes already summed into `crc` ([`Reservation::sum_filled`]).
     summed: u64,
-    /// Boxed: it is 296 bytes, and only values that stream in use it.
-    crc: Option<Box<crate::checksum::Crc32cStream>>,
+    crc: Option<crate::checksum::Crc32cStream>,
 }
 
 impl std::fmt::Debug for Reservation {
