@@ -298,9 +298,6 @@ impl Conn<'_> {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
             filled += n;
-            // Summed while the rest of the value is still on the wire, so
-            // that SET's seal only sums the last piece.
-            res.sum_filled(filled);
             node.metrics
                 .counters
                 .net_input_bytes_total

@@ -51,10 +51,10 @@ fn binary_safe_values_round_trip() {
     });
 }
 
-/// A large SET is read from the socket straight into its arena chunk and
-/// checksummed piece by piece as it lands; what STRATA.META reports must be
+/// A large SET is read from the socket straight into its arena chunk, and
+/// STRATA.META sums the stored bytes when asked: what it reports must be
 /// the CRC-32C of exactly the bytes sent, whatever the size, including
-/// sizes around the streaming threshold (64 KiB) and the summing step.
+/// sizes around the streaming threshold (64 KiB).
 #[test]
 fn a_streamed_set_records_the_checksum_of_its_bytes() {
     each_protocol(|con, p| {

@@ -1,6 +1,7 @@
-//! The one checksum strata keeps per value (CRC-32C, the iSCSI polynomial):
-//! computed once when a value is sealed, stored with it on NVMe, checked
-//! when it is read back.
+//! The one checksum strata uses (CRC-32C, the iSCSI polynomial): over
+//! every blob the NVMe tier writes, checked when it is read back; over
+//! every key-log record; and over a value when `STRATA.META` asks (never
+//! on a write: see `Store::meta_summed`).
 //!
 //! Two implementations, the faster for the CPU picked once at run time:
 //! `crc-fast`, which folds with AVX-512 VPCLMULQDQ (about 120 GB/s for a
@@ -8,12 +9,11 @@
 //! `crc32c` crate, three interleaved streams of the SSE4.2 `crc32`
 //! instruction, which wins where there is no AVX-512: on an AVX2 EPYC
 //! (2026-12-03) 24 GB/s against `crc-fast`'s PCLMULQDQ kernel at 18, i.e.
-//! 43 against 58 µs of a 1 MiB write's ~300. A value that arrives in
-//! pieces is also summed piece by piece as it lands ([`Crc32cStream`];
-//! combining the CRCs of separate pieces instead costs 14 µs a time with
-//! `crc-fast`), while the next piece is still on its way, so that only the
-//! rest is summed at seal. Both give the bits of every other CRC-32C, so
-//! data written by earlier builds still verifies.
+//! 43 against 58 µs per MiB. Bytes that can only be had in pieces (a GPU
+//! value copied down through a bounded buffer) are summed piece by piece
+//! ([`Crc32cStream`]; combining the CRCs of separate pieces instead costs
+//! 14 µs a time with `crc-fast`). Both give the bits of every other
+//! CRC-32C, so data written by earlier builds still verifies.
 
 use std::sync::OnceLock;
 

@@ -193,6 +193,32 @@ fn a_failed_download_is_an_error_never_wrong_bytes() {
     assert_eq!(st.used_bytes, 0, "the failed reader's DRAM copy was freed");
 }
 
+/// A GPU value's checksum is summed through a bounded host buffer: right
+/// across the buffer's piece boundary, with no DRAM taken and no staged
+/// read counted; a failed copy is an error and drops the value, as a read.
+#[test]
+fn a_gpu_value_is_summed_without_taking_dram() {
+    let (s, dev) = faulty_store(4 * MIB, 8 * MIB);
+    put(&s, 0, 3 * MIB + 17);
+    put(&s, 1, 300_000);
+    let before = s.stats();
+    assert_eq!(before.used_bytes, 0, "both values went up");
+    let (m, sum) = s.meta_summed(&key(0), NOW).unwrap().unwrap();
+    assert_eq!(m.tier, Tier::Gpu);
+    assert_eq!(sum, crc32c::crc32c(&value(0, 3 * MIB + 17)));
+    let after = s.stats();
+    assert_eq!((after.used_bytes, after.gpu.staged_reads), (0, 0));
+    dev.fail_downloads.store(true, Relaxed);
+    let err = s.meta_summed(&key(1), NOW).unwrap_err();
+    assert!(matches!(err, StoreError::Device(_)), "{err:?}");
+    dev.fail_downloads.store(false, Relaxed);
+    assert!(
+        s.meta(&key(1), NOW).is_none(),
+        "the unreadable value is gone"
+    );
+    assert_eq!(s.stats().gpu.errors, 1);
+}
+
 #[test]
 fn values_too_large_for_the_gpu_stay_in_dram() {
     let s = store(16 * MIB, 2 * MIB);

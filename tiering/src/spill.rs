@@ -50,7 +50,10 @@ use crate::store::{Evicted, LowerTier, Store, StoreError};
 
 /// Bytes in front of every value on NVMe.
 pub const HEADER_BYTES: u64 = 32;
-const MAGIC: &[u8; 4] = b"STV1";
+/// The header's form: `STV2` has no checksum of its own (the field is 0).
+const MAGIC: &[u8; 4] = b"STV2";
+/// The form before it, still read: its field is the value's CRC32C.
+const MAGIC_V1: &[u8; 4] = b"STV1";
 /// No expiry, in the header's expiry field.
 const NO_EXPIRY: u64 = u64::MAX;
 /// The file that remembers the last `FLUSHALL`.
@@ -620,7 +623,6 @@ impl<B: Backend> LowerTier for Spill<B> {
         }
         let mut blob = BytesMut::with_capacity(len as usize);
         Header {
-            checksum: info.checksum,
             version: info.version,
             expire_at_ms: info.expire_at_ms,
             created_ms: info.created_ms,
@@ -778,11 +780,18 @@ async fn writer_loop<B: Backend>(
 }
 
 /// What is stored in front of a value on NVMe (little endian):
-/// magic `STV1`, CRC32C of the value, version, expiry (Unix ms, `u64::MAX`
-/// = none), creation time (Unix ms).
+/// magic `STV2`, 4 reserved bytes (0), version, expiry (Unix ms,
+/// `u64::MAX` = none), creation time (Unix ms).
+///
+/// The value has no checksum of its own here: the NVMe tier sums every
+/// blob it writes (header and value) and checks that sum on every read,
+/// so a second sum of the same bytes would cost a pass on every spill and
+/// every promotion and catch nothing more. (Form `STV1`, written by builds
+/// before 2026-12-03, carried the value's CRC32C in the reserved field;
+/// it is still read and checked. Older builds refuse `STV2` blobs as
+/// foreign, so a downgrade starts with an empty NVMe tier.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Header {
-    checksum: u32,
     version: u64,
     expire_at_ms: Option<u64>,
     created_ms: u64,
@@ -791,7 +800,7 @@ struct Header {
 impl Header {
     fn put(&self, buf: &mut BytesMut) {
         buf.put_slice(MAGIC);
-        buf.put_u32_le(self.checksum);
+        buf.put_u32_le(0);
         buf.put_u64_le(self.version);
         buf.put_u64_le(self.expire_at_ms.unwrap_or(NO_EXPIRY));
         buf.put_u64_le(self.created_ms);
@@ -807,19 +816,25 @@ impl Header {
         ((expire != NO_EXPIRY).then_some(expire), u64_at(24))
     }
 
-    /// The header, if `blob` has one and its value matches its checksum.
+    /// The header, if `blob` (as the tier returned it, already checked
+    /// against the tier's sum) starts with one; an `STV1` blob's value
+    /// must also match the checksum in its header.
     fn parse(blob: &[u8]) -> Option<Header> {
-        if blob.len() < HEADER_BYTES as usize || &blob[..4] != MAGIC {
+        if blob.len() < HEADER_BYTES as usize {
+            return None;
+        }
+        let magic = &blob[..4];
+        if magic == MAGIC_V1 {
+            let checksum = u32::from_le_bytes(blob[4..8].try_into().expect("4 bytes"));
+            if crate::checksum::crc32c(&blob[HEADER_BYTES as usize..]) != checksum {
+                return None;
+            }
+        } else if magic != MAGIC {
             return None;
         }
         let u64_at = |i: usize| u64::from_le_bytes(blob[i..i + 8].try_into().expect("8 bytes"));
-        let checksum = u32::from_le_bytes(blob[4..8].try_into().expect("4 bytes"));
-        if crate::checksum::crc32c(&blob[HEADER_BYTES as usize..]) != checksum {
-            return None;
-        }
         let expire = u64_at(16);
         Some(Header {
-            checksum,
             version: u64_at(8),
             expire_at_ms: (expire != NO_EXPIRY).then_some(expire),
             created_ms: u64_at(24),
@@ -832,10 +847,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_round_trips_and_rejects_damage() {
+    fn header_round_trips_and_refuses_foreign_bytes() {
         let value = b"some value bytes";
         let h = Header {
-            checksum: crate::checksum::crc32c(value),
             version: 42 << 20 | 7,
             expire_at_ms: Some(123_456),
             created_ms: 99,
@@ -843,12 +857,9 @@ mod tests {
         let mut buf = BytesMut::new();
         h.put(&mut buf);
         assert_eq!(buf.len() as u64, HEADER_BYTES);
+        assert_eq!(&buf[..8], b"STV2\0\0\0\0");
         buf.put_slice(value);
         assert_eq!(Header::parse(&buf), Some(h));
-        let mut bad = buf.clone();
-        let last = bad.len() - 1;
-        bad[last] ^= 1;
-        assert_eq!(Header::parse(&bad), None, "value damage is caught");
         let mut bad = buf.clone();
         bad[0] = b'X';
         assert_eq!(Header::parse(&bad), None, "foreign bytes are refused");
@@ -861,5 +872,28 @@ mod tests {
         none.put(&mut buf);
         buf.put_slice(value);
         assert_eq!(Header::parse(&buf).unwrap().expire_at_ms, None);
+    }
+
+    /// Blobs an earlier build left on NVMe: read, and their own checksum
+    /// still checked.
+    #[test]
+    fn a_v1_header_is_read_and_its_value_checked() {
+        let value = b"written by an earlier build";
+        let mut buf = BytesMut::new();
+        buf.put_slice(b"STV1");
+        buf.put_u32_le(crate::checksum::crc32c(value));
+        buf.put_u64_le(5 << 20);
+        buf.put_u64_le(NO_EXPIRY);
+        buf.put_u64_le(5);
+        buf.put_slice(value);
+        let want = Header {
+            version: 5 << 20,
+            expire_at_ms: None,
+            created_ms: 5,
+        };
+        assert_eq!(Header::parse(&buf), Some(want));
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert_eq!(Header::parse(&buf), None, "value damage is caught");
     }
 }

@@ -128,7 +128,6 @@ pub struct Evicted {
     pub version: u64,
     pub expire_at_ms: Option<u64>,
     pub created_ms: u64,
-    pub checksum: u32,
     /// Promoted from the lower tier and unchanged since.
     pub clean: bool,
 }
@@ -207,8 +206,6 @@ pub struct Meta {
     pub tier: Tier,
     pub created_ms: u64,
     pub expire_at_ms: Option<u64>,
-    /// CRC32C of the value bytes.
-    pub checksum: u32,
     /// Unique per committed value; a new write of the same key gets a new one.
     pub epoch: u64,
     /// Orders writes of a key across nodes: `(ms << 20) | sequence` from
@@ -306,10 +303,6 @@ impl Value {
         self.slot.version
     }
 
-    pub fn checksum(&self) -> u32 {
-        self.slot.checksum
-    }
-
     /// Address of the first byte, for handing out descriptors.
     pub fn addr(&self) -> usize {
         self.slot.shared().arena.base_addr() + self.slot.offset as usize
@@ -321,9 +314,6 @@ pub struct Reservation {
     shared: Arc<Shared>,
     chunk: Option<Chunk>,
     len: u64,
-    /// Leading bytes already summed into `crc` ([`Reservation::sum_filled`]).
-    summed: u64,
-    crc: Option<crate::checksum::Crc32cStream>,
 }
 
 impl std::fmt::Debug for Reservation {
@@ -354,41 +344,7 @@ impl Reservation {
     pub fn addr(&self) -> usize {
         self.shared.arena.base_addr() + self.chunk.map_or(0, |c| c.offset as usize)
     }
-
-    /// Notes that the first `filled` bytes hold their final contents: they
-    /// are summed now, while still in cache and typically while the next
-    /// bytes are still arriving, in steps of at least [`SUM_STEP_BYTES`],
-    /// so that sealing sums only the rest. A writer that fills the chunk
-    /// front to back calls it after each piece; bytes must not change once
-    /// noted (sealing would then record the checksum of the old ones).
-    pub fn sum_filled(&mut self, filled: usize) {
-        let filled = (filled as u64).min(self.len);
-        if filled < self.summed + SUM_STEP_BYTES && filled < self.len {
-            return;
-        }
-        let from = self.summed as usize;
-        let mut crc = self.crc.take().unwrap_or_default();
-        crc.update(&self.as_mut_slice()[from..filled as usize]);
-        self.crc = Some(crc);
-        self.summed = filled;
-    }
-
-    /// CRC-32C of the whole chunk: the bytes noted so far and the rest.
-    fn checksum(&mut self) -> u32 {
-        let from = self.summed as usize;
-        match self.crc.take() {
-            None => crate::checksum::crc32c(self.as_mut_slice()),
-            Some(mut crc) => {
-                crc.update(&self.as_mut_slice()[from..]);
-                crc.finish()
-            }
-        }
-    }
 }
-
-/// Least bytes [`Reservation::sum_filled`] sums at a time: small socket
-/// reads are gathered so that each checksum call runs at full speed.
-const SUM_STEP_BYTES: u64 = 64 << 10;
 
 impl Drop for Reservation {
     fn drop(&mut self) {
@@ -602,7 +558,6 @@ impl Store {
                 version: e.slot.version,
                 expire_at_ms: e.expire_at_ms,
                 created_ms: e.slot.created_ms(),
-                checksum: e.slot.checksum,
                 clean: e.slot.clean,
             };
             kept = lower.evicted(key, value.as_slice(), info);
@@ -660,8 +615,6 @@ impl Store {
             shared: self.shared.clone(),
             chunk: Some(chunk),
             len,
-            summed: 0,
-            crc: None,
         }
     }
 
@@ -743,7 +696,6 @@ impl Store {
         version: Option<u64>,
         clean: bool,
     ) -> SlotRef {
-        let checksum = res.checksum();
         let chunk = res.chunk.take().expect("reservation sealed twice");
         self.shared.value_bytes.fetch_add(res.len, Relaxed);
         let epoch = self.epoch.fetch_add(1, Relaxed) + 1;
@@ -754,7 +706,6 @@ impl Store {
                 len: res.len,
                 epoch,
                 version: version.unwrap_or((now_ms << 20) | (epoch & 0xf_ffff)),
-                checksum,
                 place: Tier::Dram,
                 counted: true,
                 clean,
@@ -916,23 +867,61 @@ impl Store {
         let mut expired = Vec::new();
         let meta = {
             let mut index = self.index.lock();
-            index.live(key, now_ms, &mut expired).map(|e| Meta {
-                len: e.slot.len,
-                tier: e.slot.place,
-                created_ms: e.slot.created_ms(),
-                expire_at_ms: e.expire_at_ms,
-                checksum: e.slot.checksum,
-                epoch: e.slot.epoch,
-                version: e.slot.version,
-                // A GPU value's offset in the pool (it has no host address).
-                addr: match e.slot.place {
-                    Tier::Dram => self.shared.arena.base_addr() + e.slot.offset as usize,
-                    Tier::Gpu => e.slot.offset as usize,
-                },
-            })
+            index
+                .live(key, now_ms, &mut expired)
+                .map(|e| self.facts(e.slot, e.expire_at_ms))
         };
         self.note_expired(expired);
         meta
+    }
+
+    /// [`Store::meta`] and the CRC32C of the value's bytes as they are
+    /// stored now (`STRATA.META`).
+    ///
+    /// The checksum is summed here, when asked, and not on write: nothing
+    /// on the data path reads it (a GET is never checked against it, and
+    /// the NVMe tier sums each blob as it writes it), so summing every
+    /// PUT's payload would cost every write a pass over its bytes (43 µs
+    /// per MiB on an AVX2 EPYC) for a figure few ask for. And a sum of the
+    /// stored bytes is the one that tells a caller whether the node still
+    /// holds what was written. It runs outside the index lock, on a
+    /// reference that keeps the bytes alive; a GPU value is summed through
+    /// a bounded host buffer, piece by piece, without taking DRAM. Fails
+    /// only for a GPU value that cannot be copied out (which is then
+    /// dropped, as a read would).
+    pub fn meta_summed(&self, key: &[u8], now_ms: u64) -> Result<Option<(Meta, u32)>, StoreError> {
+        let mut expired = Vec::new();
+        let found = {
+            let mut index = self.index.lock();
+            index
+                .live(key, now_ms, &mut expired)
+                .map(|e| (self.facts(e.slot, e.expire_at_ms), e.slot.clone()))
+        };
+        self.note_expired(expired);
+        let Some((meta, slot)) = found else {
+            return Ok(None);
+        };
+        let sum = match slot.place {
+            Tier::Dram => crate::checksum::crc32c(Value { slot }.as_slice()),
+            Tier::Gpu => self.sum_gpu(key, &slot)?,
+        };
+        Ok(Some((meta, sum)))
+    }
+
+    fn facts(&self, slot: &SlotRef, expire_at_ms: Option<u64>) -> Meta {
+        Meta {
+            len: slot.len,
+            tier: slot.place,
+            created_ms: slot.created_ms(),
+            expire_at_ms,
+            epoch: slot.epoch,
+            version: slot.version,
+            // A GPU value's offset in the pool (it has no host address).
+            addr: match slot.place {
+                Tier::Dram => self.shared.arena.base_addr() + slot.offset as usize,
+                Tier::Gpu => slot.offset as usize,
+            },
+        }
     }
 
     pub fn exists(&self, key: &[u8], now_ms: u64) -> bool {

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
+use crate::checksum::Crc32cStream;
 use crate::dram::Chunk;
 
 use crate::events::TierEvent;
@@ -159,4 +160,36 @@ impl Store {
             slot: slot.copy_at(Tier::Dram, chunk, false),
         })
     }
+
+    /// CRC32C of a GPU value, copied down through a host buffer of at most
+    /// [`SUM_PIECE_BYTES`]. A failed copy drops the value, as
+    /// [`Store::readable`] does.
+    pub(super) fn sum_gpu(&self, key: &[u8], slot: &SlotRef) -> Result<u32, StoreError> {
+        let gpu = self
+            .shared
+            .gpu
+            .as_ref()
+            .expect("GPU value without a GPU pool");
+        let mut buf = vec![0u8; (slot.len as usize).min(SUM_PIECE_BYTES)];
+        let mut crc = Crc32cStream::new();
+        let mut at = 0u64;
+        while at < slot.len {
+            let n = (slot.len - at).min(buf.len() as u64) as usize;
+            if let Err(e) = gpu.device.download(slot.offset + at, &mut buf[..n]) {
+                self.gpu_errors.fetch_add(1, Relaxed);
+                tracing::error!(error = %e, "GPU download failed while summing a value; the value is dropped");
+                let mut index = self.index.lock();
+                if index.holds(key, slot) {
+                    drop(index.remove(key));
+                }
+                return Err(StoreError::Device(e.to_string()));
+            }
+            crc.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(crc.finish())
+    }
 }
+
+/// Largest piece of a GPU value summed at a time.
+const SUM_PIECE_BYTES: usize = 1 << 20;

@@ -1,7 +1,7 @@
 //! A value's memory and the reference that keeps it alive.
 //!
 //! Every stored key holds one [`Slot`]: where its bytes are, how long they
-//! are, their checksum, epoch and version. A slot is shared (the index
+//! are, their epoch and version. A slot is shared (the index
 //! holds one reference, every reader another) and its chunk is freed when
 //! the last reference goes, so a value deleted or overwritten while it is
 //! read is never reused under the reader's feet.
@@ -34,14 +34,14 @@ use crate::gpu::DeviceMemory;
 use super::Tier;
 
 /// What a value is, beyond its bytes. What can be derived is not stored:
-/// the chunk's size follows from `len`, the creation time from `version`.
+/// the chunk's size follows from `len`, the creation time from `version`,
+/// the checksum from the bytes (summed when asked, [`super::Store::meta`]).
 pub(super) struct Slot {
     /// Start of the value in its pool (see [`Slot::chunk`]).
     pub(super) offset: u64,
     pub(super) len: u64,
     pub(super) epoch: u64,
     pub(super) version: u64,
-    pub(super) checksum: u32,
     /// Which pool the value is in.
     pub(super) place: Tier,
     /// Counted in its pool's `value_bytes` (a staged copy is not).
@@ -291,7 +291,6 @@ impl SlotRef {
                 len: self.len,
                 epoch: self.epoch,
                 version: self.version,
-                checksum: self.checksum,
                 place,
                 counted,
                 clean: self.clean && counted,
@@ -408,7 +407,6 @@ mod tests {
                 len: 16,
                 epoch: i,
                 version: i << 20,
-                checksum: i as u32 ^ 0xdead_beef,
                 place: Tier::Dram,
                 counted: true,
                 clean: i.is_multiple_of(2),
@@ -430,7 +428,6 @@ mod tests {
         for (i, s) in slots.iter().enumerate() {
             let i = i as u64;
             assert_eq!((s.epoch, s.version, s.len), (i, i << 20, 16));
-            assert_eq!(s.checksum, i as u32 ^ 0xdead_beef);
             assert_eq!(s.clean, i.is_multiple_of(2));
             assert!(
                 std::ptr::eq(s.shared(), &*shared),
@@ -479,10 +476,7 @@ mod tests {
         let chunk = shared.alloc.lock().alloc(16).expect("room");
         let copy = a.copy_at(Tier::Dram, chunk, false);
         assert!(!SlotRef::ptr_eq(&a, &copy));
-        assert_eq!(
-            (copy.epoch, copy.version, copy.checksum),
-            (a.epoch, a.version, a.checksum)
-        );
+        assert_eq!((copy.epoch, copy.version), (a.epoch, a.version));
         assert!(!copy.clean && !copy.counted);
         assert_eq!(Arc::strong_count(&shared), 3);
         drop(copy);
