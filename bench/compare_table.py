@@ -55,15 +55,22 @@ def median_row(rows):
     out["errors"] = sum(r["errors"] for r in rows)
     out["mismatches"] = sum(r.get("mismatches", 0) for r in rows)
     out["by_round"] = {r.get("round", 1): r["GBps"] for r in rows}
+    # Rows from before the field existed, and iperf3's, count as busy all along.
+    busy = {r.get("round", 1): r.get("busy_GBps", r["GBps"]) for r in rows}
+    out["busy_GBps"] = statistics.median(busy.values())
+    out["busy_by_round"] = busy
     return out
 
 
-def ratio(me, other):
+def ratio(me, other, busy=False):
     """`me`/`other` of two median rows, with the range over the rounds both
-    ran in when there are several: '0.85x [0.71-0.93]'."""
-    text = f"{me['GBps'] / other['GBps']:.2f}x"
-    per = [me["by_round"][r] / other["by_round"][r]
-           for r in me["by_round"] if other["by_round"].get(r)]
+    ran in when there are several: '0.85x [0.71-0.93]'. `busy`: of the
+    GB/s inside the calls (without the bench's filling and checking of
+    values between them), for a ceiling that does no such work."""
+    field, rounds = ("busy_GBps", "busy_by_round") if busy else ("GBps", "by_round")
+    text = f"{me[field] / other[field]:.2f}x"
+    per = [me[rounds][r] / other[rounds][r]
+           for r in me[rounds] if other[rounds].get(r)]
     if len(per) > 1:
         text += f" [{min(per):.2f}-{max(per):.2f}]"
     return text
@@ -79,13 +86,13 @@ def ratios(cells, clients, title, system, size, batch, against, iperf):
             me = cells.get((system, "zerocopy", size, op, c, batch))
             if not me:
                 continue
-            line = f"  {op} c={c}: {me['GBps']:.3f} GB/s"
+            line = f"  {op} c={c}: {me['GBps']:.3f} GB/s (busy {me['busy_GBps']:.3f})"
             for label, (s, a) in against:
                 other = cells.get((s, a, size, op, c, batch))
                 if other and other["GBps"]:
                     line += f", {label} {ratio(me, other)}"
             if iperf:
-                line += f", strata/iperf3 {ratio(me, iperf)}"
+                line += f", strata/iperf3 {ratio(me, iperf)} (busy {ratio(me, iperf, busy=True)})"
             print(line)
 
 

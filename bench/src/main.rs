@@ -305,6 +305,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             api: api_name,
             threads: args.concurrency,
             size,
+            batch: args.batch,
         };
         let plan_for = |mix| Arc::new(new_plan(&args, api, size, ops_max, mix));
         // Versions live in the plan; one plan per size keeps them across

@@ -25,8 +25,18 @@ pub struct Row {
     pub n: u64,
     pub secs: f64,
     pub ops_s: f64,
+    /// Bytes over the phase's wall-clock time: includes the bench's own
+    /// filling and checking of every value between calls.
     #[serde(rename = "GBps")]
     pub gbps: f64,
+    /// Bytes over the time spent inside the calls (`threads × batch ×
+    /// size / mean_us`): what the system moves, without the bench's work
+    /// between calls. The figure to set beside a ceiling that does no such
+    /// work (iperf3, a bare `process_vm_readv` loop).
+    #[serde(rename = "busy_GBps")]
+    pub busy_gbps: f64,
+    /// Mean latency of one call (a whole batch for batched calls).
+    pub mean_us: f64,
     pub p50_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
@@ -40,6 +50,8 @@ pub struct RowMeta<'a> {
     pub api: &'a str,
     pub threads: usize,
     pub size: usize,
+    /// Values per call.
+    pub batch: usize,
 }
 
 impl Row {
@@ -53,6 +65,14 @@ impl Row {
     ) -> Self {
         let n = hist.len();
         let secs = secs.max(1e-9);
+        // Each call's latency is recorded once per value it moved, so the
+        // mean is a call's.
+        let mean_us = hist.mean();
+        let busy_gbps = if mean_us > 0.0 {
+            (meta.threads * meta.batch.max(1) * meta.size) as f64 / mean_us / 1e3
+        } else {
+            0.0
+        };
         Self {
             system: meta.system.to_owned(),
             scenario: meta.scenario.to_owned(),
@@ -65,6 +85,8 @@ impl Row {
             secs,
             ops_s: n as f64 / secs,
             gbps: n as f64 * meta.size as f64 / secs / 1e9,
+            busy_gbps,
+            mean_us,
             p50_us: hist.value_at_quantile(0.5),
             p99_us: hist.value_at_quantile(0.99),
             p999_us: hist.value_at_quantile(0.999),
