@@ -36,6 +36,11 @@ ROUNDS=${ROUNDS:-3}       # interleaved rounds; cells are medians
 KEYS=${KEYS:-64}
 BATCHES=${BATCHES:-"64KiB:32 256KiB:32 1MiB:8 4MiB:4"}   # size:values per call
 INDEX_KEYS=${INDEX_KEYS:-1000000}                       # 0: skip the index figure
+# PIN=S:C runs every server (strata node, Redis, Mooncake's master and
+# holder, iperf3 -s) on CPU S and every client on CPU C, the same for all
+# systems: on a 2-vCPU VM the scheduler otherwise puts client and server
+# on one CPU now and then, which shows as ~1 ms tails (BENCHMARKS §2).
+PIN=${PIN:-}
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
@@ -52,6 +57,11 @@ fi
 
 ip link set lo up
 BIN=$CARGO_TARGET_DIR/release
+SRV=() CLI=()
+if [[ -n $PIN ]]; then
+    SRV=(taskset -c "${PIN%%:*}") CLI=(taskset -c "${PIN##*:}")
+    export SERVER_CPUS=${PIN%%:*}   # mooncake_bench.py's master and holder
+fi
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -60,11 +70,11 @@ bench() { # system api addr target [strata-bench flags...]
     local system=$1 api=$2 addr=$3 target=$4 b size n
     shift 4
     for c in $CLIENTS; do
-        "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$SIZES" \
+        "${CLI[@]}" "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$SIZES" \
             --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
         for b in $BATCHES; do
             size=${b%%:*} n=${b##*:}
-            "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$size" \
+            "${CLI[@]}" "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$size" \
                 --keys "$((n * 4))" --batch "$n" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
         done
     done
@@ -88,7 +98,7 @@ one_round() {
     # Prefaulted (OPERATIONS.md, "Memory"), as Mooncake's segment is
     # allocated up front: so the first column does not pay the kernel's
     # first touch of the arena for the two after it.
-    "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" \
+    "${SRV[@]}" "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" \
         --cpu-memory-prefault true 2>"$OUT/strata.log" &
     PIDS+=($!)
     wait_port "$SP"
@@ -100,7 +110,7 @@ one_round() {
 
     # Redis 7, inline SET/GET through the same client
     RP=$(free_port)
-    redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --daemonize no \
+    "${SRV[@]}" redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --daemonize no \
         --proto-max-bulk-len 64mb >"$OUT/redis.log" 2>&1 &
     PIDS+=($!)
     wait_port "$RP"
@@ -111,7 +121,7 @@ one_round() {
     # A Mooncake call that fails is counted in its row (marked ! in the table);
     # it does not stop the comparison.
     mooncake() {
-        "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --json "$RESULTS" --duration "$DURATION" "$@" \
+        "${CLI[@]}" "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --json "$RESULTS" --duration "$DURATION" "$@" \
             2>>"$OUT/mooncake.log" || echo "mooncake_bench $*: some operations failed (see the table)" >&2
     }
     for c in $CLIENTS; do
@@ -123,10 +133,10 @@ one_round() {
 
     # iperf3: one loopback stream, the ceiling for any TCP data plane
     IP=$(free_port)
-    iperf3 -s -B 127.0.0.1 -p "$IP" >"$OUT/iperf3-server.log" 2>&1 &
+    "${SRV[@]}" iperf3 -s -B 127.0.0.1 -p "$IP" >"$OUT/iperf3-server.log" 2>&1 &
     PIDS+=($!)
     wait_port "$IP"
-    iperf3 -c 127.0.0.1 -p "$IP" -t 3 -J >"$OUT/iperf3.json"
+    "${CLI[@]}" iperf3 -c 127.0.0.1 -p "$IP" -t 3 -J >"$OUT/iperf3.json"
     kill "${PIDS[-1]}"
     iperf3_row "$OUT/iperf3.json" >>"$RESULTS"
 }

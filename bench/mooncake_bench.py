@@ -286,6 +286,15 @@ def report(args, op, size, worker, lat, errs, mism, workers, per_op):
     }
 
 
+def server_cpus():
+    """`preexec_fn` for the master and the holder: on the CPUs in
+    $SERVER_CPUS (compare.sh's PIN), or where this process runs."""
+    cpus = os.environ.get("SERVER_CPUS")
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+
+
 def bench(args) -> int:
     import mooncake
 
@@ -303,6 +312,7 @@ def bench(args) -> int:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=server_cpus(),
     )
     hold = None
     try:
@@ -313,6 +323,7 @@ def bench(args) -> int:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            preexec_fn=server_cpus(),
         )
         if hold.stdout.readline().strip() != "READY":
             raise RuntimeError("holder did not start")
