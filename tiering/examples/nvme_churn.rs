@@ -82,8 +82,7 @@ async fn main() {
         }
         version[k as usize] += 1;
         let v = value(k, version[k as usize]);
-        let crc = crc32c::crc32c(&v);
-        tier.insert(key(k), v, crc).await.expect("insert");
+        tier.insert(key(k), v).await.expect("insert");
     }
     let mut missing = 0u64;
     for k in 0..keys {

@@ -524,9 +524,8 @@ impl<B: Backend> Spill<B> {
             }
             current
         };
-        let checksum = crate::checksum::crc32c(&blob);
         let len = blob.len() as u64;
-        let result = self.tier.insert(key.clone(), blob, checksum).await;
+        let result = self.tier.insert(key.clone(), blob).await;
         let mut st = self.state.lock();
         st.writing.remove(&key);
         let mine = st.pending.get(&key).is_some_and(|p| p.gen == gen);

@@ -42,9 +42,7 @@ fn config(dir: &Path, capacity: u64, max_value: u64) -> NvmeConfig {
 }
 
 async fn put(tier: &NvmeTier<impl strata_tiering::nvme::Backend>, i: u64, len: usize) {
-    let v = value(i, len);
-    let crc = crc32c::crc32c(&v);
-    tier.insert(key(i), v, crc).await.unwrap();
+    tier.insert(key(i), value(i, len)).await.unwrap();
 }
 
 async fn assert_value(tier: &NvmeTier<impl strata_tiering::nvme::Backend>, i: u64, len: usize) {
@@ -107,20 +105,14 @@ async fn refuses_bad_input_and_config() {
         .await
         .unwrap();
     let big = value(1, (MIB + 1) as usize);
-    let crc = crc32c::crc32c(&big);
     assert!(matches!(
-        tier.insert(key(1), big, crc).await,
+        tier.insert(key(1), big).await,
         Err(NvmeError::TooLarge { what: "value", .. })
     ));
     let v = value(2, 100);
-    assert_eq!(
-        tier.insert(key(2), v.clone(), crc32c::crc32c(&v) ^ 1).await,
-        Err(NvmeError::Corrupt)
-    );
-    assert!(!tier.contains(&key(2)));
     let long_key = Bytes::from(vec![b'k'; 2000]);
     assert!(matches!(
-        tier.insert(long_key, v.clone(), crc32c::crc32c(&v)).await,
+        tier.insert(long_key, v.clone()).await,
         Err(NvmeError::TooLarge { what: "key", .. })
     ));
     tier.close().await.unwrap();
@@ -267,7 +259,7 @@ async fn failed_write_is_not_present_and_tier_recovers() {
 
     faults.fail_writes.store(true, Relaxed);
     let v = value(2, 2000);
-    let err = tier.insert(key(2), v.clone(), crc32c::crc32c(&v)).await;
+    let err = tier.insert(key(2), v.clone()).await;
     assert!(
         matches!(err, Err(NvmeError::Io { op: "write", .. })),
         "{err:?}"
@@ -276,10 +268,7 @@ async fn failed_write_is_not_present_and_tier_recovers() {
     assert_eq!(tier.get(&key(2)).await.unwrap(), None);
     // A failed overwrite leaves the key absent, not stale.
     let v = value(3, 3000);
-    assert!(tier
-        .insert(key(1), v.clone(), crc32c::crc32c(&v))
-        .await
-        .is_err());
+    assert!(tier.insert(key(1), v.clone()).await.is_err());
     assert_eq!(tier.get(&key(1)).await.unwrap(), None);
     assert_eq!(tier.stats().errors, 2);
 
@@ -326,9 +315,7 @@ async fn damaged_block_file_is_a_miss_or_corrupt_never_wrong_bytes() {
     let v = value(42, 200_000);
     {
         let tier = NvmeTier::open(cfg.clone()).await.unwrap();
-        tier.insert(key(42), v.clone(), crc32c::crc32c(&v))
-            .await
-            .unwrap();
+        tier.insert(key(42), v.clone()).await.unwrap();
         put(&tier, 43, 1000).await;
         tier.close().await.unwrap();
     }
@@ -444,10 +431,9 @@ async fn bench_sequential_1mib_reads() {
             continue;
         };
         let v = value(7, MIB as usize);
-        let crc = crc32c::crc32c(&v);
         let start = Instant::now();
         for i in 0..n {
-            tier.insert(key(i), v.clone(), crc).await.unwrap();
+            tier.insert(key(i), v.clone()).await.unwrap();
         }
         let write_s = start.elapsed().as_secs_f64();
         let start = Instant::now();
@@ -516,8 +502,7 @@ async fn churn(live: f64, rounds: u64) -> Churn {
         deleted[k] = false;
         version[k] += 1;
         let v = value(seed(k as u64, version[k]), len);
-        let crc = crc32c::crc32c(&v);
-        tier.insert(key(k as u64), v, crc).await.unwrap();
+        tier.insert(key(k as u64), v).await.unwrap();
         writes += 1;
     }
     let stats = tier.stats();

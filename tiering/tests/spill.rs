@@ -280,13 +280,9 @@ async fn reinsert_after_forget_survives_reopen() {
     let v2 = Bytes::from(value(2, 5000));
     {
         let tier = reopen(dir.path()).await;
-        tier.insert(key(1), v1.clone(), crc32c::crc32c(&v1))
-            .await
-            .unwrap();
+        tier.insert(key(1), v1.clone()).await.unwrap();
         assert!(tier.forget(&key(1)));
-        tier.insert(key(1), v2.clone(), crc32c::crc32c(&v2))
-            .await
-            .unwrap();
+        tier.insert(key(1), v2.clone()).await.unwrap();
         tier.close().await.unwrap();
     }
     let tier = reopen(dir.path()).await;
@@ -305,9 +301,7 @@ async fn recovered_keys_forgotten_and_rewritten_survive_another_reopen() {
     {
         let tier = reopen(dir.path()).await;
         for i in 0..20 {
-            tier.insert(key(i), v(i), crc32c::crc32c(&v(i)))
-                .await
-                .unwrap();
+            tier.insert(key(i), v(i)).await.unwrap();
         }
         tier.close().await.unwrap();
     }
@@ -321,10 +315,7 @@ async fn recovered_keys_forgotten_and_rewritten_survive_another_reopen() {
             if round > 0 {
                 assert!(tier.forget(&key(i)), "forget {i} in round {round}");
             }
-            if let Err(e) = tier
-                .insert(key(i), v(i + 100), crc32c::crc32c(&v(i + 100)))
-                .await
-            {
+            if let Err(e) = tier.insert(key(i), v(i + 100)).await {
                 errs.push((i, e));
             }
         }

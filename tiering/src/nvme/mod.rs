@@ -10,9 +10,10 @@
 //! [`NvmeError::NoSpace`] comes only from `open`, when the filesystem cannot
 //! hold `capacity_bytes` (block files are preallocated there).
 //!
-//! Every value carries the CRC32C its writer computed. It is checked on
-//! insert and on every read; a mismatch is [`NvmeError::Corrupt`] and the
-//! entry is removed. Wrong bytes are never returned.
+//! Every value is stored with its CRC32C, summed by `insert` just before
+//! the write and checked on every read; a mismatch is
+//! [`NvmeError::Corrupt`] and the entry is removed. Wrong bytes are never
+//! returned.
 //!
 //! # Durability
 //!
@@ -235,17 +236,16 @@ impl<B: Backend> NvmeTier<B> {
         self.max_value_bytes
     }
 
-    /// Stores `value` under `key`, replacing any previous value. `checksum`
-    /// is the CRC32C of `value`. Returns once the value is on the device
-    /// (see the module's durability notes); on any error it is absent.
-    pub async fn insert(&self, key: Bytes, value: Bytes, checksum: u32) -> Result<(), NvmeError> {
+    /// Stores `value` under `key`, replacing any previous value, with the
+    /// CRC32C of its bytes, summed here (the one pass over them before the
+    /// write) and checked on every read. Returns once the value is on the
+    /// device (see the module's durability notes); on any error it is
+    /// absent.
+    pub async fn insert(&self, key: Bytes, value: Bytes) -> Result<(), NvmeError> {
         self.check_open()?;
         check_len("key", key.len(), MAX_KEY_BYTES as u64)?;
         check_len("value", value.len(), self.max_value_bytes)?;
-        if crate::checksum::crc32c(&value) != checksum {
-            self.counters.corrupt.fetch_add(1, Relaxed);
-            return Err(NvmeError::Corrupt);
-        }
+        let checksum = crate::checksum::crc32c(&value);
         let replaced = self.backend.contains(&key);
         if replaced {
             // So that a failed write leaves the key absent, not stale.
