@@ -289,11 +289,12 @@ impl Conn<'_> {
         let mut head = BytesMut::with_capacity(p.header_at + 4);
         head.extend_from_slice(&self.rbuf[..p.header_at]);
         head.extend_from_slice(b"$0\r\n");
-        res.as_mut_slice()[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
+        let dst = res.as_mut_slice();
+        dst[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
         self.rbuf.clear();
         let mut filled = have;
-        while filled < p.len {
-            let n = self.sock.read(&mut res.as_mut_slice()[filled..]).await?;
+        while filled < dst.len() {
+            let n = self.sock.read(&mut dst[filled..]).await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }

@@ -17,7 +17,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let (m, checksum) = match ctx.node.store.meta_summed(&args[1], ctx.now_ms) {
         Ok(Some(found)) => found,
         Ok(None) => return Reply::Nil.into(),
-        Err(e) => return Reply::Error(store_error(e)).into(),
+        Err(e) => return store_error(e).into(),
     };
     let ttl_ms = m
         .expire_at_ms

@@ -144,21 +144,32 @@ impl Store {
             .expect("GPU value without a GPU pool");
         let mut res = self.reserve(slot.len)?;
         if let Err(e) = gpu.device.download(slot.offset, res.as_mut_slice()) {
-            self.gpu_errors.fetch_add(1, Relaxed);
-            tracing::error!(error = %e, "GPU download failed; the value is dropped");
-            // Its bytes cannot be read back: drop the key rather than
-            // answer from memory that may be wrong. Only this very value.
-            let mut index = self.index.lock();
-            if index.holds(key, &slot) {
-                drop(index.remove(key));
-            }
-            return Err(StoreError::Device(e.to_string()));
+            return Err(self.drop_unreadable(key, &slot, e));
         }
         self.gpu_staged.fetch_add(1, Relaxed);
         let chunk = res.chunk.take().expect("fresh reservation");
         Ok(Value {
             slot: slot.copy_at(Tier::Dram, chunk, false),
         })
+    }
+
+    /// A GPU value whose bytes could not be copied down: counted, logged,
+    /// and dropped rather than answered from memory that may be wrong
+    /// (only this very value: a write that raced stays). The error to
+    /// return.
+    fn drop_unreadable(&self, key: &[u8], slot: &SlotRef, e: impl std::fmt::Display) -> StoreError {
+        self.gpu_errors.fetch_add(1, Relaxed);
+        tracing::error!(error = %e, "GPU download failed; the value is dropped");
+        // Whatever leaves the index is dropped after the lock is released.
+        let _gone = {
+            let mut index = self.index.lock();
+            if index.holds(key, slot) {
+                index.remove(key)
+            } else {
+                None
+            }
+        };
+        StoreError::Device(e.to_string())
     }
 
     /// CRC32C of a GPU value, copied down through a host buffer of at most
@@ -176,13 +187,7 @@ impl Store {
         while at < slot.len {
             let n = (slot.len - at).min(buf.len() as u64) as usize;
             if let Err(e) = gpu.device.download(slot.offset + at, &mut buf[..n]) {
-                self.gpu_errors.fetch_add(1, Relaxed);
-                tracing::error!(error = %e, "GPU download failed while summing a value; the value is dropped");
-                let mut index = self.index.lock();
-                if index.holds(key, slot) {
-                    drop(index.remove(key));
-                }
-                return Err(StoreError::Device(e.to_string()));
+                return Err(self.drop_unreadable(key, slot, e));
             }
             crc.update(&buf[..n]);
             at += n as u64;

@@ -35,7 +35,7 @@ use super::Tier;
 
 /// What a value is, beyond its bytes. What can be derived is not stored:
 /// the chunk's size follows from `len`, the creation time from `version`,
-/// the checksum from the bytes (summed when asked, [`super::Store::meta`]).
+/// the checksum from the bytes (summed when asked, [`super::Store::meta_summed`]).
 pub(super) struct Slot {
     /// Start of the value in its pool (see [`Slot::chunk`]).
     pub(super) offset: u64,
