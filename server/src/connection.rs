@@ -17,6 +17,7 @@
 
 use std::collections::HashSet;
 use std::io::IoSlice;
+use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -68,15 +69,15 @@ const STREAM_VALUE_BYTES: usize = 64 * 1024;
 /// A piece of queued reply output.
 enum Segment {
     Buf(Bytes),
-    /// A pinned value, written straight from store memory.
-    Value(Value),
+    /// Bytes of a pinned value, written straight from store memory.
+    Value(Value, Range<usize>),
 }
 
 impl Segment {
     fn bytes(&self) -> &[u8] {
         match self {
             Segment::Buf(b) => b,
-            Segment::Value(v) => v.as_slice(),
+            Segment::Value(v, range) => &v.as_slice()[range.clone()],
         }
     }
 }
@@ -452,12 +453,30 @@ impl Conn<'_> {
             // Only returned from a first execution; the loop above reruns.
             Out::Rerun(_) => Reply::Error(CommandError::err("internal: unexpected rerun"))
                 .encode(self.session.resp, &mut self.wbuf),
-            Out::Value(v) => self.value(v).await?,
+            Out::Value(None) => Reply::Nil.encode(self.session.resp, &mut self.wbuf),
+            Out::Value(Some(v)) => {
+                let all = 0..v.as_slice().len();
+                self.value(v, all).await?
+            }
+            Out::Range { value, start, end } => {
+                // Written by hand, not as a `Reply`, so that the bytes go
+                // straight from store memory like a whole value's.
+                self.wbuf.extend_from_slice(b"*3\r\n");
+                Reply::Int(value.version() as i64).encode(self.session.resp, &mut self.wbuf);
+                Reply::Int(value.len() as i64).encode(self.session.resp, &mut self.wbuf);
+                self.value(value, start..end).await?
+            }
             Out::Values(vs) => {
                 self.wbuf
                     .extend_from_slice(format!("*{}\r\n", vs.len()).as_bytes());
                 for v in vs {
-                    self.value(v).await?;
+                    match v {
+                        Some(v) => {
+                            let all = 0..v.as_slice().len();
+                            self.value(v, all).await?
+                        }
+                        None => Reply::Nil.encode(self.session.resp, &mut self.wbuf),
+                    }
                 }
             }
         }
@@ -467,21 +486,19 @@ impl Conn<'_> {
         Ok(())
     }
 
-    /// Queues one value as a bulk string (or nil). Values are not copied:
-    /// the reply buffer so far and the pinned value are queued as separate
-    /// segments and written together with one vectored write at flush.
-    async fn value(&mut self, v: Option<Value>) -> std::io::Result<()> {
-        let Some(v) = v else {
-            Reply::Nil.encode(self.session.resp, &mut self.wbuf);
-            return Ok(());
-        };
-        strata_proto::reply::bulk_header(v.as_slice().len(), &mut self.wbuf);
-        if v.as_slice().len() < COPY_VALUE_BYTES {
-            self.wbuf.extend_from_slice(v.as_slice());
+    /// Queues bytes `range` of a value as a bulk string. Large ones are not
+    /// copied: the reply buffer so far and the pinned value are queued as
+    /// separate segments and written together with one vectored write at
+    /// flush.
+    async fn value(&mut self, v: Value, range: Range<usize>) -> std::io::Result<()> {
+        let bytes = &v.as_slice()[range.clone()];
+        strata_proto::reply::bulk_header(bytes.len(), &mut self.wbuf);
+        if bytes.len() < COPY_VALUE_BYTES {
+            self.wbuf.extend_from_slice(bytes);
         } else {
-            self.queued_bytes += self.wbuf.len() + v.as_slice().len();
+            self.queued_bytes += self.wbuf.len() + bytes.len();
             self.queued.push(Segment::Buf(self.wbuf.split().freeze()));
-            self.queued.push(Segment::Value(v));
+            self.queued.push(Segment::Value(v, range));
             if self.queued.len() >= MAX_SEGMENTS {
                 self.flush().await?;
             }

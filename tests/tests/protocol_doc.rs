@@ -101,3 +101,141 @@ fn zero_copy_edges_reply_as_documented() {
     let e = err(&mut c, &mut mput);
     assert!(e.contains("at most 1024 pairs per MPUT"), "{e}");
 }
+
+/// `GET key desc INLINE n RANGE off len`: `[version, len, bytes]` for a
+/// value of at most `n` bytes, clipped to the value; the version is
+/// `STRATA.META`'s and changes with a write; a larger value is leased whole
+/// as without `RANGE`; the errors are `GET key desc INLINE n`'s.
+#[test]
+fn ranged_gets_reply_as_documented() {
+    let server = Server::start(&[]);
+    let mut c = server.client(false);
+    let value: Vec<u8> = (0..100u8).collect();
+    let _: () = redis::cmd("SET")
+        .arg("r")
+        .arg(&value)
+        .query(&mut c)
+        .unwrap();
+    let dst = "tcp://127.0.0.1:1/1000+4096#00000001";
+    let ranged = |c: &mut Connection, n: i64, off: i64, len: i64| -> Vec<Value> {
+        redis::cmd("GET")
+            .arg("r")
+            .arg(dst)
+            .arg("INLINE")
+            .arg(n)
+            .arg("range")
+            .arg(off)
+            .arg(len)
+            .query(c)
+            .expect("ranged GET")
+    };
+    let meta = |c: &mut Connection| -> i64 {
+        let m: Vec<Value> = redis::cmd("STRATA.META").arg("r").query(c).unwrap();
+        let at = m
+            .iter()
+            .position(|v| matches!(v, Value::BulkString(b) if b == b"version"))
+            .expect("a version field");
+        match m[at + 1] {
+            Value::Int(v) => v,
+            ref other => panic!("version {other:?}"),
+        }
+    };
+    let version = meta(&mut c);
+    for (off, len, want) in [
+        (10, 20, &value[10..30]),
+        (0, 100, &value[..]),
+        (90, 50, &value[90..]),
+        (100, 5, &value[..0]),
+        (5000, 5, &value[..0]),
+        (7, 0, &value[..0]),
+    ] {
+        let v = ranged(&mut c, 4096, off, len);
+        assert_eq!(
+            v,
+            vec![
+                Value::Int(version),
+                Value::Int(100),
+                Value::BulkString(want.to_vec())
+            ],
+            "RANGE {off} {len}"
+        );
+    }
+    // A new write: a new version.
+    let _: () = redis::cmd("SET")
+        .arg("r")
+        .arg(&value)
+        .query(&mut c)
+        .unwrap();
+    let v = ranged(&mut c, 4096, 0, 1);
+    assert_ne!(v[0], Value::Int(version));
+    assert_eq!(v[0], Value::Int(meta(&mut c)));
+    // Over INLINE's limit: the whole value under a lease, RANGE aside.
+    let v = ranged(&mut c, 99, 10, 20);
+    assert!(
+        matches!(
+            (&v[0], &v[1], &v[2]),
+            (Value::BulkString(_), Value::Int(_), Value::Int(100))
+        ),
+        "{v:?}"
+    );
+
+    let get = |args: &[&str]| {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg("r").arg(dst);
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd
+    };
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["INLINE", "4096", "RANGE", "-1", "5"],
+            "ERR RANGE must be 0 or more bytes",
+        ),
+        (
+            &["INLINE", "4096", "RANGE", "0", "-5"],
+            "ERR RANGE must be 0 or more bytes",
+        ),
+        (
+            &["INLINE", "4096", "RANGE", "x", "5"],
+            "ERR value is not an integer",
+        ),
+        (
+            &["INLINE", "-1", "RANGE", "0", "5"],
+            "ERR INLINE must be 0 or more bytes",
+        ),
+        (&["INLINE", "4096", "SPAN", "0", "5"], "ERR syntax error"),
+        (
+            &["INLINE", "4096", "RANGE", "0"],
+            "ERR wrong number of arguments",
+        ),
+        (
+            &["INLINE", "4096", "RANGE", "0", "5", "6"],
+            "ERR wrong number of arguments",
+        ),
+    ];
+    for (args, want) in cases {
+        let e = err(&mut c, &mut get(args));
+        assert!(e.starts_with(want), "{args:?}: {e}");
+    }
+    // The destination is checked first, and a missing key is NOTFOUND.
+    let small = "tcp://127.0.0.1:1/1000+99#00000001";
+    let mut cmd = redis::cmd("GET");
+    cmd.arg("r")
+        .arg(small)
+        .arg("INLINE")
+        .arg(4096)
+        .arg("RANGE")
+        .arg(0)
+        .arg(1);
+    assert!(err(&mut c, &mut cmd).starts_with("TOOLARGE"));
+    let mut cmd = redis::cmd("GET");
+    cmd.arg("nope")
+        .arg(dst)
+        .arg("INLINE")
+        .arg(4096)
+        .arg("RANGE")
+        .arg(0)
+        .arg(1);
+    assert!(err(&mut c, &mut cmd).starts_with("NOTFOUND"));
+}

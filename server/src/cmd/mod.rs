@@ -65,6 +65,13 @@ pub enum Out {
     Reply(Reply),
     Value(Option<Value>),
     Values(Vec<Option<Value>>),
+    /// Bytes `start..end` of a value, with the value's version and length:
+    /// `[version, len, bulk]` (`GET key desc INLINE n RANGE off len`).
+    Range {
+        value: Value,
+        start: usize,
+        end: usize,
+    },
     /// Work that waits on a transfer (PUT): the connection awaits it
     /// before the next request, so replies stay in order.
     Later(Later),
@@ -88,6 +95,12 @@ impl std::fmt::Debug for Out {
             Out::Reply(r) => f.debug_tuple("Reply").field(r).finish(),
             Out::Value(v) => f.debug_tuple("Value").field(v).finish(),
             Out::Values(v) => f.debug_tuple("Values").field(v).finish(),
+            Out::Range { value, start, end } => f
+                .debug_struct("Range")
+                .field("value", value)
+                .field("start", start)
+                .field("end", end)
+                .finish(),
             Out::Later(_) => f.write_str("Later"),
             Out::Rerun(_) => f.write_str("Rerun"),
         }
