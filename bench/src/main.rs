@@ -185,6 +185,11 @@ struct Args {
     /// (the client's `inline_get_max`; 0: every value by the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_GET_MAX as usize)]
     inline_get_max: usize,
+    /// Single zero-copy GETs over TCP into at least this many bytes (up to
+    /// `--inline-get-max`) ask for the value's two halves at once on two
+    /// connections (the client's `split_get_min`; 0: never).
+    #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_SPLIT_GET_MIN as usize)]
+    split_get_min: usize,
     /// Zero-copy PUTs over TCP of values up to this size send the payload
     /// with the command (the client's `inline_put_max`; 0: every value
     /// pulled by the node over the data plane).
@@ -387,6 +392,7 @@ fn new_plan(
     client.cma = args.cma;
     client.cma_lanes = args.cma_lanes;
     client.inline_get_max = args.inline_get_max as u64;
+    client.split_get_min = args.split_get_min as u64;
     client.inline_put_max = args.inline_put_max as u64;
     client.tcp_congestion = args.tcp_congestion.clone();
     Plan {

@@ -256,6 +256,20 @@ impl Client {
     ) -> Result<usize> {
         let link = node.cma_link();
         let retries = self.cfg.retry_attempts;
+        if link.is_none() && self.splits(&node, capacity) {
+            match self
+                .get_halves(&node, key, dst, region, offset, capacity)
+                .await
+            {
+                Err(Error::Server { code, msg }) if code == "ERR" && msg.contains("syntax") => {
+                    node.refuse_ranges()
+                }
+                // A write landed between the two halves: the value again,
+                // whole, in one reply.
+                Err(Error::Stale(_)) => {}
+                other => return other,
+            }
+        }
         let sent = std::time::Instant::now();
         let first = dst.pick(link.is_some()).as_bytes();
         let inline = self.inline_option(link.is_some(), false);
@@ -292,6 +306,95 @@ impl Client {
             ));
         }
         read
+    }
+
+    /// Whether a single GET into `capacity` bytes from `node` goes as two
+    /// ranges (see [`ClientConfig::split_get_min`]).
+    fn splits(&self, node: &Node, capacity: usize) -> bool {
+        let capacity = capacity as u64;
+        self.transport.kind() == TransportKind::Tcp
+            && self.cfg.split_get_min > 0
+            && capacity >= self.cfg.split_get_min
+            && capacity <= self.cfg.inline_get_max
+            && node.ranges()
+    }
+
+    /// A GET as its two halves, one on each of `node`'s lanes at once, each
+    /// read from its socket straight into its part of the destination. The
+    /// node answers every range with the value's version and length: equal
+    /// versions mean one write (a write in between is `Stale`, and the
+    /// caller reads the value whole). The destination fits the whole value, which the
+    /// node checks first (`TooLarge`), and is at most `inline_get_max`, so
+    /// the value always comes inline.
+    async fn get_halves(
+        &self,
+        node: &Node,
+        key: &[u8],
+        dst: &Descs,
+        region: &Region,
+        offset: usize,
+        capacity: usize,
+    ) -> Result<usize> {
+        let retries = self.cfg.retry_attempts;
+        let n = self.cfg.inline_get_max.to_string();
+        // The cut on a page boundary, so that each half copies whole pages.
+        let cut = (capacity / 2).next_multiple_of(4096).min(capacity);
+        let (cut_s, rest_s) = (cut.to_string(), (capacity - cut).to_string());
+        let desc = dst.net.as_bytes();
+        let first: [&[u8]; 8] = [
+            b"GET",
+            key,
+            desc,
+            b"INLINE",
+            n.as_bytes(),
+            b"RANGE",
+            b"0",
+            cut_s.as_bytes(),
+        ];
+        let second: [&[u8]; 8] = [
+            b"GET",
+            key,
+            desc,
+            b"INLINE",
+            n.as_bytes(),
+            b"RANGE",
+            cut_s.as_bytes(),
+            rest_s.as_bytes(),
+        ];
+        let (a, b) = tokio::join!(
+            node.call_lane(
+                0,
+                &first,
+                Some(sink(region, offset, cut)),
+                Idempotent::Yes,
+                retries
+            ),
+            node.call_lane(
+                1,
+                &second,
+                Some(sink(region, offset + cut, capacity - cut)),
+                Idempotent::Yes,
+                retries
+            ),
+        );
+        let (a, b) = (range_of(a?)?, range_of(b?)?);
+        if a.0 != b.0 || a.1 != b.1 {
+            return Err(Error::Stale(
+                "the value changed between its two halves; the bytes are not trusted".into(),
+            ));
+        }
+        let total = a.1;
+        let want = |from: usize, room: usize| (total.saturating_sub(from as u64)).min(room as u64);
+        if total > capacity as u64
+            || a.2 as u64 != want(0, cut)
+            || b.2 as u64 != want(cut, capacity - cut)
+        {
+            return Err(Error::Protocol(format!(
+                "ranges of {} and {} bytes for a value of {total} bytes cut at {cut}",
+                a.2, b.2
+            )));
+        }
+        Ok(total as usize)
     }
 
     /// Puts every `(key, buffer, range)` with MPUT: up to [`BATCH_MAX`]
@@ -950,10 +1053,28 @@ enum Got {
     Inline(Bytes),
 }
 
+/// (version, value length, bytes placed) of a ranged GET's reply.
+fn range_of(reply: Reply) -> Result<(u64, u64, usize)> {
+    match reply {
+        Reply::PlacedRange {
+            version,
+            total,
+            len,
+        } => Ok((version, total, len)),
+        Reply::Placed(_) => Err(Error::Protocol(
+            "a whole value where a range was asked for".into(),
+        )),
+        Reply::Frame(other) => Err(unexpected("a range of the value", &other)),
+    }
+}
+
 impl Got {
     fn parse(reply: Reply) -> Result<Self> {
         match reply {
             Reply::Placed(len) => Ok(Got::Placed(len)),
+            Reply::PlacedRange { .. } => Err(Error::Protocol(
+                "a range where the whole value was asked for".into(),
+            )),
             Reply::Frame(BytesFrame::BulkString(b)) => Ok(Got::Inline(b)),
             Reply::Frame(other) => Lease::parse(other).map(Got::Lease),
         }

@@ -61,6 +61,13 @@ pub struct ClientConfig {
     /// reads are one copy with no round trip through the node's CPU, at
     /// most [`ONE_SIDED_INLINE_GET_MAX`]. 0: every value by the data plane.
     pub inline_get_max: u64,
+    /// A single zero-copy GET over TCP into a destination of at least this
+    /// many bytes (and at most `inline_get_max`) asks for the two halves
+    /// of the value at once, each inline on its own command connection
+    /// (`GET key desc INLINE n RANGE off len`), and checks that both came
+    /// from one write: the inline counterpart of the data plane's split
+    /// reads (`strata_rdma::tcp::SPLIT_PIECE_BYTES_MIN`). 0: never.
+    pub split_get_min: u64,
     /// Zero-copy writes (`put_from`) of values up to this many bytes over
     /// TCP send the payload with the command (`SET key value`, written
     /// straight from the buffer, which the node streams into its arena):
@@ -88,6 +95,14 @@ pub const DEFAULT_INLINE_GET_MAX: u64 = 1 << 20;
 /// several data-plane connections at once moved 1.2x faster than inline
 /// one after another (docs/BENCHMARKS.md §2e).
 pub const BATCH_INLINE_GET_MAX: u64 = 256 * 1024;
+
+/// See [`ClientConfig::split_get_min`]. Under BBR one loopback stream
+/// takes 1.3-1.9x as long to move a reply of 1 MiB as of 1020 KiB (the
+/// burst its congestion window lets out at once); as two halves on two
+/// connections a 1 MiB GET moved 1.1-1.4x faster here, while halves of
+/// 512-768 KiB values moved 10-30 % slower than whole ones
+/// (docs/BENCHMARKS.md §2h).
+pub const DEFAULT_SPLIT_GET_MIN: u64 = 1 << 20;
 
 /// See [`ClientConfig::inline_put_max`]: measured here, a `SET` moved
 /// 1.3-2x faster than a pulled `PUT` from 16 KiB to 1 MiB, about the same
@@ -120,6 +135,7 @@ impl ClientConfig {
             cma: true,
             cma_lanes: crate::DEFAULT_CMA_LANES,
             inline_get_max: DEFAULT_INLINE_GET_MAX,
+            split_get_min: DEFAULT_SPLIT_GET_MIN,
             inline_put_max: DEFAULT_INLINE_PUT_MAX,
             tcp_congestion: None,
         }

@@ -67,6 +67,14 @@ impl Sink {
 pub(crate) enum Reply {
     Frame(BytesFrame),
     Placed(usize),
+    /// A range of a value (`[version, value length, bulk]`, the reply to
+    /// `GET key desc INLINE n RANGE off len`) whose bytes, `len` of them,
+    /// were written into the sink.
+    PlacedRange {
+        version: u64,
+        total: u64,
+        len: usize,
+    },
 }
 
 impl Reply {
@@ -74,7 +82,9 @@ impl Reply {
     pub(crate) fn frame(self) -> BytesFrame {
         match self {
             Reply::Frame(frame) => frame,
-            Reply::Placed(_) => unreachable!("no sink, nothing placed"),
+            Reply::Placed(_) | Reply::PlacedRange { .. } => {
+                unreachable!("no sink, nothing placed")
+            }
         }
     }
 }
@@ -83,6 +93,13 @@ impl Reply {
 enum Head {
     /// A bulk string of `len` bytes whose payload starts at `at`.
     Bulk { len: usize, at: usize },
+    /// A range reply whose bulk of `len` bytes starts at `at`.
+    Range {
+        version: u64,
+        total: u64,
+        len: usize,
+        at: usize,
+    },
     /// Not enough bytes yet to tell.
     Incomplete,
     /// Anything else (an array, an error, nil, a malformed header): decoded
@@ -232,13 +249,26 @@ impl Conn {
 
     async fn read_placed(&mut self, sink: Sink) -> Result<Reply> {
         loop {
-            match bulk_head(&self.rbuf) {
+            match head(&self.rbuf) {
                 Head::Bulk { len, at } if len <= sink.cap => {
                     self.place(sink, len, at).await?;
                     return Ok(Reply::Placed(len));
                 }
+                Head::Range {
+                    version,
+                    total,
+                    len,
+                    at,
+                } if len <= sink.cap => {
+                    self.place(sink, len, at).await?;
+                    return Ok(Reply::PlacedRange {
+                        version,
+                        total,
+                        len,
+                    });
+                }
                 Head::Incomplete => self.read_some(PLACED_HEAD_BYTES).await?,
-                Head::Bulk { .. } | Head::Other => {
+                Head::Bulk { .. } | Head::Range { .. } | Head::Other => {
                     return self.read_frame().await.map(Reply::Frame)
                 }
             }
@@ -331,6 +361,91 @@ fn wanted_bytes(buf: &[u8]) -> usize {
     match frame_len {
         Some(total) => total.saturating_sub(buf.len()).max(READ_CHUNK_BYTES),
         None => READ_CHUNK_BYTES,
+    }
+}
+
+/// How a reply that may be placed starts: a bulk string, a range reply
+/// (`*3`, two integers, a bulk string), or anything else.
+fn head(buf: &[u8]) -> Head {
+    match buf.first() {
+        None => Head::Incomplete,
+        Some(b'$') => bulk_head(buf),
+        Some(b'*') => range_head(buf),
+        Some(_) => Head::Other,
+    }
+}
+
+/// `*3\r\n:version\r\n:total\r\n$len\r\n`, each integer of at most 20
+/// digits and not negative; anything else (a lease's array, a malformed
+/// reply) is `Other`, for the decoder.
+fn range_head(buf: &[u8]) -> Head {
+    const START: &[u8] = b"*3\r\n";
+    if buf.len() < START.len() {
+        return if START.starts_with(buf) {
+            Head::Incomplete
+        } else {
+            Head::Other
+        };
+    }
+    if !buf.starts_with(START) {
+        return Head::Other;
+    }
+    let mut at = START.len();
+    let mut ints = [0u64; 2];
+    for int in &mut ints {
+        match int_line(&buf[at..]) {
+            IntLine::Incomplete => return Head::Incomplete,
+            IntLine::Other => return Head::Other,
+            IntLine::Int(n, used) => {
+                *int = n;
+                at += used;
+            }
+        }
+    }
+    match bulk_head(&buf[at..]) {
+        Head::Bulk { len, at: from } => Head::Range {
+            version: ints[0],
+            total: ints[1],
+            len,
+            at: at + from,
+        },
+        other => other,
+    }
+}
+
+enum IntLine {
+    /// The value and the bytes its line took.
+    Int(u64, usize),
+    Incomplete,
+    Other,
+}
+
+/// A RESP integer line, `:digits\r\n`, at the start of `buf`.
+fn int_line(buf: &[u8]) -> IntLine {
+    const MAX_DIGITS: usize = 20;
+    match buf.first() {
+        None => return IntLine::Incomplete,
+        Some(b':') => {}
+        Some(_) => return IntLine::Other,
+    }
+    let digits = buf[1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits > MAX_DIGITS {
+        return IntLine::Other;
+    }
+    let end = 1 + digits;
+    match (buf.get(end), buf.get(end + 1)) {
+        (None, _) if digits < MAX_DIGITS => IntLine::Incomplete,
+        (Some(b'\r'), None) => IntLine::Incomplete,
+        (Some(b'\r'), Some(b'\n')) if digits > 0 => {
+            match std::str::from_utf8(&buf[1..end])
+                .ok()
+                .and_then(|d| d.parse().ok())
+            {
+                Some(n) => IntLine::Int(n, end + 2),
+                None => IntLine::Other,
+            }
+        }
+        _ => IntLine::Other,
     }
 }
 
@@ -447,6 +562,7 @@ mod tests {
             Head::Bulk { len, at } => format!("bulk {len} at {at}"),
             Head::Incomplete => "incomplete".into(),
             Head::Other => "other".into(),
+            Head::Range { .. } => "range".into(),
         };
         assert_eq!(head(b"$5\r\nhello\r\n"), "bulk 5 at 4");
         assert_eq!(head(b"$1048576\r\n"), "bulk 1048576 at 10");
@@ -466,6 +582,47 @@ mod tests {
             b"-ERR no\r\n",
             b"$1234567890123456789012345678901234567890",
             b"$99999999999999999999999\r\n",
+        ] {
+            assert_eq!(head(other), "other", "{other:?}");
+        }
+    }
+
+    #[test]
+    fn range_heads() {
+        let head = |b: &[u8]| match head(b) {
+            Head::Range {
+                version,
+                total,
+                len,
+                at,
+            } => format!("range v{version} of {total}: {len} at {at}"),
+            Head::Bulk { len, at } => format!("bulk {len} at {at}"),
+            Head::Incomplete => "incomplete".into(),
+            Head::Other => "other".into(),
+        };
+        let full = b"*3\r\n:77\r\n:1048576\r\n$524288\r\n";
+        assert_eq!(head(full), "range v77 of 1048576: 524288 at 28");
+        assert_eq!(
+            head(b"*3\r\n:0\r\n:0\r\n$0\r\n\r\n"),
+            "range v0 of 0: 0 at 16"
+        );
+        for cut in 1..full.len() {
+            assert_eq!(head(&full[..cut]), "incomplete", "{:?}", &full[..cut]);
+        }
+        // A lease's array, negative or signed integers, another count,
+        // nil or a non-bulk third element: the decoder's to judge.
+        for other in [
+            &b"*3\r\n$31\r\ntcp:"[..],
+            b"*3\r\n:-1\r\n:5\r\n$5\r\n",
+            b"*3\r\n:+1\r\n",
+            b"*3\r\n:\r\n",
+            b"*2\r\n:1\r\n",
+            b"*3\r\n:1\r\n:5\r\n$-1\r\n",
+            b"*3\r\n:1\r\n:5\r\n:5\r\n",
+            b"*3\r\n:1\r\n:5\r\n$5x\r\n",
+            b"*3\r\n:123456789012345678901\r\n",
+            b"*3\r\n:99999999999999999999\r\n",
+            b"*3\r\n:1\rx",
         ] {
             assert_eq!(head(other), "other", "{other:?}");
         }
@@ -504,6 +661,7 @@ mod tests {
         match r.expect("reply") {
             Reply::Placed(n) => n,
             Reply::Frame(f) => panic!("not placed: {f:?}"),
+            other => panic!("not a bulk: {other:?}"),
         }
     }
 

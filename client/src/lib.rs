@@ -45,7 +45,7 @@ pub use buffer::Buffer;
 pub use client::{Client, BATCH_MAX};
 pub use config::{
     ClientConfig, BATCH_INLINE_GET_MAX, DEFAULT_INLINE_GET_MAX, DEFAULT_INLINE_PUT_MAX,
-    ONE_SIDED_INLINE_GET_MAX,
+    DEFAULT_SPLIT_GET_MIN, ONE_SIDED_INLINE_GET_MAX,
 };
 pub use error::{Error, Result};
 pub use strata_rdma::cma::{DEFAULT_LANES as DEFAULT_CMA_LANES, LANES_MAX as CMA_LANES_MAX};

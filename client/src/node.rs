@@ -1,4 +1,4 @@
-//! One node as the client sees it: its lazily opened command connection
+//! One node as the client sees it: its lazily opened command connections
 //! and whether it failed recently. Knows nothing about slots.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -16,6 +16,11 @@ use crate::{Error, Result};
 /// when another node can serve them; the health check probes it meanwhile.
 const DOWN_HOLD: Duration = Duration::from_millis(250);
 
+/// Command connections per node. Lane 0 carries everything and holds the
+/// cross-memory attach set-up; lane 1 carries the second half of a large
+/// single GET (see `ClientConfig::split_get_min`), over TCP only.
+pub(crate) const LANES: usize = 2;
+
 /// Whether a command may be sent again after its connection broke without
 /// a reply: a second PUT of the same bytes is harmless, a second NX PUT
 /// would report "exists" for the client's own first write.
@@ -28,8 +33,11 @@ pub(crate) enum Idempotent {
 pub(crate) struct Node {
     /// `host:port` as the slot map or a redirect names it.
     pub(crate) addr: String,
-    /// `None` until first use and after a connection broke.
-    conn: Mutex<Option<Conn>>,
+    /// One per lane; `None` until first use and after a connection broke.
+    conns: [Mutex<Option<Conn>>; LANES],
+    /// The node refused `GET ... RANGE` (an older version): single GETs
+    /// to it go whole, over lane 0.
+    range_refused: AtomicBool,
     /// When a request to it last failed at the socket level; cleared when
     /// it answers again.
     down_at: SyncMutex<Option<Instant>>,
@@ -57,7 +65,8 @@ impl Node {
     ) -> Self {
         Self {
             addr: addr.to_owned(),
-            conn: Mutex::new(None),
+            conns: std::array::from_fn(|_| Mutex::new(None)),
+            range_refused: AtomicBool::new(false),
             down_at: SyncMutex::new(None),
             io_timeout,
             connect_timeout,
@@ -85,6 +94,18 @@ impl Node {
     pub(crate) fn refuse_cma_put(&self, why: &str) {
         if !self.cma_put_refused.swap(true, Relaxed) {
             tracing::info!(node = %self.addr, reason = why, "node cannot read this process; PUTs to it use the network data plane");
+        }
+    }
+
+    /// Whether single GETs may be split into ranges.
+    pub(crate) fn ranges(&self) -> bool {
+        !self.range_refused.load(Relaxed)
+    }
+
+    /// The node answered a ranged GET with a syntax error.
+    pub(crate) fn refuse_ranges(&self) {
+        if !self.range_refused.swap(true, Relaxed) {
+            tracing::info!(node = %self.addr, "node does not know GET ... RANGE (an older version?); its GETs go whole");
         }
     }
 
@@ -132,11 +153,22 @@ impl Node {
         sinks: &[Option<Sink>],
         idem: Idempotent,
     ) -> Result<Vec<Result<Reply>>> {
-        let mut slot = self.conn.lock().await;
+        self.exchange_lane(0, commands, sinks, idem).await
+    }
+
+    /// [`Node::exchange_placed`] on connection `lane` (< [`LANES`]).
+    async fn exchange_lane(
+        &self,
+        lane: usize,
+        commands: &[&[&[u8]]],
+        sinks: &[Option<Sink>],
+        idem: Idempotent,
+    ) -> Result<Vec<Result<Reply>>> {
+        let mut slot = self.conns[lane].lock().await;
         let pooled = slot.as_ref().is_some_and(|c| !c.is_poisoned());
-        let mut outcome = self.exchange_on(&mut slot, commands, sinks).await;
+        let mut outcome = self.exchange_on(lane, &mut slot, commands, sinks).await;
         if pooled && idem == Idempotent::Yes && matches!(outcome, Err(Error::Io(_))) {
-            outcome = self.exchange_on(&mut slot, commands, sinks).await;
+            outcome = self.exchange_on(lane, &mut slot, commands, sinks).await;
         }
         match &outcome {
             Err(e) if e.is_node_failure() => self.mark_down(),
@@ -148,6 +180,7 @@ impl Node {
 
     async fn exchange_on(
         &self,
+        lane: usize,
         slot: &mut Option<Conn>,
         commands: &[&[&[u8]]],
         sinks: &[Option<Sink>],
@@ -166,7 +199,7 @@ impl Node {
                         ))
                     })??;
                 let conn = slot.insert(conn);
-                if let Some(local) = &self.cma_local {
+                if let Some(local) = self.cma_local.as_ref().filter(|_| lane == 0) {
                     let link = cma::handshake(conn, local, &self.addr, &self.cma_logged).await;
                     let link = match link {
                         Ok(link) => link,
@@ -220,9 +253,24 @@ impl Node {
         idem: Idempotent,
         busy_retries: u32,
     ) -> Result<Reply> {
+        self.call_lane(0, args, sink, idem, busy_retries).await
+    }
+
+    /// [`Node::call_placed`] on connection `lane` (< [`LANES`]).
+    pub(crate) async fn call_lane(
+        &self,
+        lane: usize,
+        args: &[&[u8]],
+        sink: Option<Sink>,
+        idem: Idempotent,
+        busy_retries: u32,
+    ) -> Result<Reply> {
         let mut attempt = 0;
         loop {
-            let reply = self.exchange_placed(&[args], &[sink], idem).await?.pop();
+            let reply = self
+                .exchange_lane(lane, &[args], &[sink], idem)
+                .await?
+                .pop();
             match reply.ok_or_else(|| Error::Protocol("no reply".into()))? {
                 Err(Error::Busy(_)) if attempt < busy_retries => {
                     attempt += 1;
@@ -257,7 +305,7 @@ impl Node {
         let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
         let mut args: Vec<&[u8]> = vec![b"RELEASE"];
         args.extend(ids.iter().map(String::as_bytes));
-        let mut slot = self.conn.lock().await;
+        let mut slot = self.conns[0].lock().await;
         if let Some(conn) = slot.as_mut().filter(|c| !c.is_poisoned()) {
             if let Err(e) = conn.send_detached(&[&args]).await {
                 tracing::debug!(node = %self.addr, error = %e, "RELEASE not sent; leases end with the connection");

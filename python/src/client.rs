@@ -81,7 +81,8 @@ impl NativeClient {
                         failover_timeout_ms, health_check_interval_ms, threads, cma=true,
                         inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX,
                         inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX,
-                        tcp_congestion=None, cma_lanes=strata_client::DEFAULT_CMA_LANES))]
+                        tcp_congestion=None, cma_lanes=strata_client::DEFAULT_CMA_LANES,
+                        split_get_min=strata_client::DEFAULT_SPLIT_GET_MIN))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -98,6 +99,7 @@ impl NativeClient {
         inline_put_max: u64,
         tcp_congestion: Option<String>,
         cma_lanes: usize,
+        split_get_min: u64,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -122,6 +124,7 @@ impl NativeClient {
         cfg.cma_lanes = cma_lanes;
         cfg.inline_get_max = inline_get_max;
         cfg.inline_put_max = inline_put_max;
+        cfg.split_get_min = split_get_min;
         cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)

@@ -50,6 +50,7 @@ class Client:
             c.inline_put_max_bytes,
             c.tcp_congestion,
             c.cma_lanes,
+            c.split_get_min_bytes,
         )
 
     # -- lifecycle ---------------------------------------------------------

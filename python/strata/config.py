@@ -34,6 +34,10 @@ class ClientConfig:
     sockets (e.g. ``"cubic"``; empty: the host's default), checked at
     connect. ``cma_lanes``: threads that copy one cross-memory read of
     2 MiB or more (1: the calling thread alone; at most 16).
+    ``split_get_min_bytes``: over TCP, ``get_into`` into a buffer of at
+    least this size (up to ``inline_get_max_bytes``) asks for the value's
+    two halves at once on two connections, and checks both are of one
+    write; 0: never.
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -53,6 +57,7 @@ class ClientConfig:
     inline_put_max_bytes: int = 1024 * 1024
     tcp_congestion: str = ""
     cma_lanes: int = 2
+    split_get_min_bytes: int = 1024 * 1024
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod
