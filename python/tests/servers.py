@@ -15,6 +15,7 @@ from typing import List, Optional
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0
 MAX_VALUE_BYTES = 8 << 20
+START_ATTEMPTS = 5
 
 
 def server_binary() -> Path:
@@ -61,22 +62,29 @@ class Server:
         binary = server_binary()
         if not binary.exists():
             raise FileNotFoundError(f"{binary} missing: run `cargo build -p strata-server`")
-        self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log", delete=False)
-        args = [
-            str(binary),
-            "--port", str(self.port),
-            "--metrics-port", "0",
-            "--data-port", "0",
-            "--cpu-memory-pool-size", pool,
-            "--max-value-size", str(MAX_VALUE_BYTES),
-        ] + (extra or [])
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_for(self._ready, f"strata-server on port {self.port}")
-        except Exception:
-            self.stop()
-            raise
+        # A port free a moment ago can be taken before the node binds it
+        # (another test's outgoing connection gets it as its ephemeral
+        # port): then again on another, as the Rust harness does.
+        for attempt in range(START_ATTEMPTS):
+            self.port = free_port()
+            self.log = tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log", delete=False)
+            args = [
+                str(binary),
+                "--port", str(self.port),
+                "--metrics-port", "0",
+                "--data-port", "0",
+                "--cpu-memory-pool-size", pool,
+                "--max-value-size", str(MAX_VALUE_BYTES),
+            ] + (extra or [])
+            self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+            try:
+                wait_for(self._ready, f"strata-server on port {self.port}")
+                return
+            except Exception as e:
+                taken = "Address already in use" in str(e)
+                self.stop()
+                if not taken or attempt + 1 == START_ATTEMPTS:
+                    raise
 
     @property
     def addr(self) -> str:
@@ -108,23 +116,39 @@ class Etcd:
         binary = os.environ.get("STRATA_TEST_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
         if not Path(binary).exists():
             raise FileNotFoundError("etcd not found (apt-get install etcd-server)")
-        self.dir = tempfile.TemporaryDirectory(prefix="strata-etcd-")
-        self.port = free_port()
-        peer = f"http://127.0.0.1:{free_port()}"
-        client = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                binary, "--name", "default", "--data-dir", f"{self.dir.name}/data",
-                "--listen-client-urls", client, "--advertise-client-urls", client,
-                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"default={peer}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for(self._healthy, "etcd healthy")
+        # Its ports may be taken before it binds them, as a node's (above).
+        for attempt in range(START_ATTEMPTS):
+            self.dir = tempfile.TemporaryDirectory(prefix="strata-etcd-")
+            self.port = free_port()
+            peer_port = free_port()
+            while peer_port == self.port:
+                peer_port = free_port()
+            peer = f"http://127.0.0.1:{peer_port}"
+            client = f"http://127.0.0.1:{self.port}"
+            self.log = tempfile.NamedTemporaryFile(prefix="strata-etcd-", suffix=".log", delete=False)
+            self.proc = subprocess.Popen(
+                [
+                    binary, "--name", "default", "--data-dir", f"{self.dir.name}/data",
+                    "--listen-client-urls", client, "--advertise-client-urls", client,
+                    "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                    "--initial-cluster", f"default={peer}",
+                ],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                wait_for(self._healthy, "etcd healthy")
+                return
+            except Exception as e:
+                taken = "address already in use" in str(e)
+                self.stop()
+                if not taken or attempt + 1 == START_ATTEMPTS:
+                    raise
 
     def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            log = Path(self.log.name).read_text(errors="replace")
+            raise RuntimeError(f"etcd exited:\n{log[-2000:]}")
         with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
             s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
             return b'"health":"true"' in s.recv(4096)
@@ -137,3 +161,4 @@ class Etcd:
         self.proc.kill()
         self.proc.wait()
         self.dir.cleanup()
+        os.unlink(self.log.name)
