@@ -423,10 +423,12 @@ impl Client {
     ) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = Vec::with_capacity(chunk.len());
         // (item, descriptor, payload if it may go inline) of the pairs
-        // that go out.
-        let mut sent: Vec<(usize, Descs, Option<&[u8]>)> = Vec::with_capacity(chunk.len());
+        // that go out. The descriptor's text is written only for pairs
+        // that go in the MPUT: most of a batch of small values goes as
+        // SETs.
+        let mut sent: Vec<(usize, Descriptor, Option<&[u8]>)> = Vec::with_capacity(chunk.len());
         for (i, (_, buf, range)) in chunk.iter().enumerate() {
-            match self.descs(buf.region(), range.clone()) {
+            match self.describe(buf.region(), range.clone()) {
                 Ok(d) => {
                     let inline = self.inline_put(buf.region(), range.clone());
                     sent.push((i, d, inline));
@@ -451,7 +453,7 @@ impl Client {
                 // Positions in `idx`.
                 let (sets, pulled): (Vec<usize>, Vec<usize>) =
                     (0..idx.len()).partition(|&p| !cma && sent[idx[p]].2.is_some());
-                let mut commands: Vec<Vec<&[u8]>> = sets
+                let commands: Vec<Vec<&[u8]>> = sets
                     .iter()
                     .map(|&p| {
                         let (i, _, value) = &sent[idx[p]];
@@ -462,17 +464,21 @@ impl Client {
                         ]
                     })
                     .collect();
-                if !pulled.is_empty() {
-                    let mut mput: Vec<&[u8]> = Vec::with_capacity(1 + 2 * pulled.len());
-                    mput.push(b"MPUT");
-                    for &p in &pulled {
-                        let (i, desc, _) = &sent[idx[p]];
-                        mput.push(chunk[*i].0.as_ref());
-                        mput.push(desc.pick(cma).as_bytes());
-                    }
-                    commands.push(mput);
-                }
+                let descs: Vec<String> = pulled
+                    .iter()
+                    .map(|&p| self.desc_text(&sent[idx[p]].1, cma))
+                    .collect();
                 async move {
+                    let mut commands = commands;
+                    if !pulled.is_empty() {
+                        let mut mput: Vec<&[u8]> = Vec::with_capacity(1 + 2 * pulled.len());
+                        mput.push(b"MPUT");
+                        for (&p, desc) in pulled.iter().zip(&descs) {
+                            mput.push(chunk[sent[idx[p]].0].0.as_ref());
+                            mput.push(desc.as_bytes());
+                        }
+                        commands.push(mput);
+                    }
                     let commands: Vec<&[&[u8]]> = commands.iter().map(Vec::as_slice).collect();
                     let replies = node.exchange(&commands, Idempotent::Yes).await?;
                     batch_put_results(replies, &sets, &pulled)
@@ -922,6 +928,15 @@ impl Client {
             net: net.to_string(),
             cma,
         })
+    }
+
+    /// The text of `net`'s descriptor, or of its `cma` twin when `cma` and
+    /// this process may use cross-memory attach (as [`Descs::pick`]).
+    fn desc_text(&self, net: &Descriptor, cma: bool) -> String {
+        match self.router.cma.as_ref().filter(|_| cma) {
+            Some(l) => l.describe(net.addr, net.len, net.rkey).to_string(),
+            None => net.to_string(),
+        }
     }
 
     /// Reads a leased source into `region` at `offset`: by cross-memory
