@@ -351,16 +351,8 @@ impl Client {
             b"0",
             cut_s.as_bytes(),
         ];
-        let second: [&[u8]; 8] = [
-            b"GET",
-            key,
-            desc,
-            b"INLINE",
-            n.as_bytes(),
-            b"RANGE",
-            cut_s.as_bytes(),
-            rest_s.as_bytes(),
-        ];
+        let mut second = first;
+        second[6..].copy_from_slice(&[cut_s.as_bytes(), rest_s.as_bytes()]);
         let (a, b) = tokio::join!(
             node.call_lane(
                 0,

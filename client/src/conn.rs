@@ -375,8 +375,7 @@ fn head(buf: &[u8]) -> Head {
     }
 }
 
-/// `*3\r\n:version\r\n:total\r\n$len\r\n`, each integer of at most 20
-/// digits and not negative; anything else (a lease's array, a malformed
+/// `*3\r\n:version\r\n:total\r\n$len\r\n`, each integer not negative; anything else (a lease's array, a malformed
 /// reply) is `Other`, for the decoder.
 fn range_head(buf: &[u8]) -> Head {
     const START: &[u8] = b"*3\r\n";
@@ -420,32 +419,18 @@ enum IntLine {
     Other,
 }
 
-/// A RESP integer line, `:digits\r\n`, at the start of `buf`.
+/// A RESP integer line, `:digits\r\n`, at the start of `buf`, read as a
+/// bulk header is (`strata_proto::request::header`); negative is `Other`.
 fn int_line(buf: &[u8]) -> IntLine {
-    const MAX_DIGITS: usize = 20;
     match buf.first() {
         None => return IntLine::Incomplete,
         Some(b':') => {}
         Some(_) => return IntLine::Other,
     }
-    let digits = buf[1..].iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits > MAX_DIGITS {
-        return IntLine::Other;
-    }
-    let end = 1 + digits;
-    match (buf.get(end), buf.get(end + 1)) {
-        (None, _) if digits < MAX_DIGITS => IntLine::Incomplete,
-        (Some(b'\r'), None) => IntLine::Incomplete,
-        (Some(b'\r'), Some(b'\n')) if digits > 0 => {
-            match std::str::from_utf8(&buf[1..end])
-                .ok()
-                .and_then(|d| d.parse().ok())
-            {
-                Some(n) => IntLine::Int(n, end + 2),
-                None => IntLine::Other,
-            }
-        }
-        _ => IntLine::Other,
+    match strata_proto::request::header(buf) {
+        None => IntLine::Incomplete,
+        Some(Ok((n, used))) => u64::try_from(n).map_or(IntLine::Other, |n| IntLine::Int(n, used)),
+        Some(Err(())) => IntLine::Other,
     }
 }
 

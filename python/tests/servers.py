@@ -55,6 +55,20 @@ def wait_for(condition, what: str, timeout: float = START_TIMEOUT_S) -> None:
     raise TimeoutError(f"{what} not true within {timeout} s")
 
 
+def start_retrying(start_once) -> None:
+    """Calls ``start_once()`` (pick ports, start, wait until ready; stop what
+    it started if that fails) again while it fails because a port it picked
+    was taken before the process bound it (another test's outgoing
+    connection got it as its ephemeral port), as the Rust harness does."""
+    for attempt in range(START_ATTEMPTS):
+        try:
+            start_once()
+            return
+        except Exception as e:
+            if "address already in use" not in str(e).lower() or attempt + 1 == START_ATTEMPTS:
+                raise
+
+
 class Server:
     """One strata-server process."""
 
@@ -62,29 +76,25 @@ class Server:
         binary = server_binary()
         if not binary.exists():
             raise FileNotFoundError(f"{binary} missing: run `cargo build -p strata-server`")
-        # A port free a moment ago can be taken before the node binds it
-        # (another test's outgoing connection gets it as its ephemeral
-        # port): then again on another, as the Rust harness does.
-        for attempt in range(START_ATTEMPTS):
-            self.port = free_port()
-            self.log = tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log", delete=False)
-            args = [
-                str(binary),
-                "--port", str(self.port),
-                "--metrics-port", "0",
-                "--data-port", "0",
-                "--cpu-memory-pool-size", pool,
-                "--max-value-size", str(MAX_VALUE_BYTES),
-            ] + (extra or [])
-            self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-            try:
-                wait_for(self._ready, f"strata-server on port {self.port}")
-                return
-            except Exception as e:
-                taken = "Address already in use" in str(e)
-                self.stop()
-                if not taken or attempt + 1 == START_ATTEMPTS:
-                    raise
+        start_retrying(lambda: self._start_once(binary, pool, extra or []))
+
+    def _start_once(self, binary: Path, pool: str, extra: List[str]) -> None:
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log", delete=False)
+        args = [
+            str(binary),
+            "--port", str(self.port),
+            "--metrics-port", "0",
+            "--data-port", "0",
+            "--cpu-memory-pool-size", pool,
+            "--max-value-size", str(MAX_VALUE_BYTES),
+        ] + extra
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(self._ready, f"strata-server on port {self.port}")
+        except Exception:
+            self.stop()
+            raise
 
     @property
     def addr(self) -> str:
@@ -116,34 +126,32 @@ class Etcd:
         binary = os.environ.get("STRATA_TEST_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
         if not Path(binary).exists():
             raise FileNotFoundError("etcd not found (apt-get install etcd-server)")
-        # Its ports may be taken before it binds them, as a node's (above).
-        for attempt in range(START_ATTEMPTS):
-            self.dir = tempfile.TemporaryDirectory(prefix="strata-etcd-")
-            self.port = free_port()
+        start_retrying(lambda: self._start_once(binary))
+
+    def _start_once(self, binary: str) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="strata-etcd-")
+        self.port = free_port()
+        peer_port = free_port()
+        while peer_port == self.port:
             peer_port = free_port()
-            while peer_port == self.port:
-                peer_port = free_port()
-            peer = f"http://127.0.0.1:{peer_port}"
-            client = f"http://127.0.0.1:{self.port}"
-            self.log = tempfile.NamedTemporaryFile(prefix="strata-etcd-", suffix=".log", delete=False)
-            self.proc = subprocess.Popen(
-                [
-                    binary, "--name", "default", "--data-dir", f"{self.dir.name}/data",
-                    "--listen-client-urls", client, "--advertise-client-urls", client,
-                    "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                    "--initial-cluster", f"default={peer}",
-                ],
-                stdout=self.log,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                wait_for(self._healthy, "etcd healthy")
-                return
-            except Exception as e:
-                taken = "address already in use" in str(e)
-                self.stop()
-                if not taken or attempt + 1 == START_ATTEMPTS:
-                    raise
+        peer = f"http://127.0.0.1:{peer_port}"
+        client = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="strata-etcd-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [
+                binary, "--name", "default", "--data-dir", f"{self.dir.name}/data",
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"default={peer}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(self._healthy, "etcd healthy")
+        except Exception:
+            self.stop()
+            raise
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
