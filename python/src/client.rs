@@ -13,8 +13,8 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use strata_client::{Client, ClientConfig, Error, BATCH_MAX};
-use tokio::runtime::Runtime;
 
+use crate::driver::Driver;
 use crate::errors::{error_value, internal, invalid, to_pyerr};
 use crate::target::{key_bytes, keys_bytes, targets, Span, Target};
 use crate::transfer::{get_batch, get_one, put_batch, put_one};
@@ -26,7 +26,7 @@ const THREADS_MAX: usize = 64;
 /// The client and the runtime it runs on; `None` once closed.
 struct Inner {
     client: Arc<Client>,
-    rt: Arc<Runtime>,
+    rt: Arc<Driver>,
 }
 
 #[pyclass(module = "strata._native", frozen)]
@@ -37,7 +37,7 @@ pub struct NativeClient {
 impl NativeClient {
     /// The client and runtime for one call (cheap clones), or an error if
     /// the client was closed.
-    fn parts(&self) -> PyResult<(Arc<Client>, Arc<Runtime>)> {
+    fn parts(&self) -> PyResult<(Arc<Client>, Arc<Driver>)> {
         let guard = self
             .inner
             .lock()
@@ -48,16 +48,16 @@ impl NativeClient {
         }
     }
 
-    /// Runs `f` on this thread, with the GIL released, the runtime's
-    /// workers driving the sockets. Most calls are one round trip (values
+    /// Runs `f` on this thread, with the GIL released: it drives the
+    /// sockets itself while it waits, or with `threads >= 1` the runtime's
+    /// workers do (see `driver`). Most calls are one round trip (values
     /// up to 1 MiB travel with the command over TCP; cross-memory-attach
-    /// copies run right here), so this thread is woken about once, when
-    /// the reply arrives. A spawned task costs one more cross-thread
-    /// wake-up per call (a worker to start it) and runs every copy on the
-    /// runtime's few workers. Measured here (docs/BENCHMARKS.md §5): a
-    /// 4 KiB `get_into` 60 -> 46 us, 1 MiB over cross-memory attach with
-    /// four threads 1.1-1.3x faster, 64 KiB over TCP 1.2-2.5x; only reads
-    /// split over several data-plane connections (4 MiB) were 5-10 % slower.
+    /// copies run right here). A spawned task would cost one more
+    /// cross-thread wake-up per call (a worker to start it) and run every
+    /// copy on the runtime's few workers. Measured here (docs/BENCHMARKS.md
+    /// §5): a 4 KiB `get_into` 60 -> 46 us against a spawned task, 1 MiB
+    /// over cross-memory attach with four threads 1.1-1.3x faster, 64 KiB
+    /// over TCP 1.2-2.5x.
     fn run<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
     where
         T: Send,
@@ -104,8 +104,10 @@ impl NativeClient {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
         }
-        if threads == 0 || threads > THREADS_MAX {
-            return Err(invalid(format!("threads must be in 1..={THREADS_MAX}")));
+        if threads > THREADS_MAX {
+            return Err(invalid(format!(
+                "threads must be in 0..={THREADS_MAX} (0: the calling threads drive the sockets)"
+            )));
         }
         let lanes_max = strata_client::CMA_LANES_MAX;
         if cma_lanes == 0 || cma_lanes > lanes_max {
@@ -126,12 +128,7 @@ impl NativeClient {
         cfg.inline_put_max = inline_put_max;
         cfg.split_get_min = split_get_min;
         cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("strata-py")
-            .enable_all()
-            .build()
-            .map_err(|e| to_pyerr(Error::Io(e)))?;
+        let rt = Driver::new(threads).map_err(|e| to_pyerr(Error::Io(e)))?;
         let client = py
             .allow_threads(|| rt.block_on(Client::connect_with(cfg)))
             .map_err(to_pyerr)?;
@@ -149,8 +146,12 @@ impl NativeClient {
         let taken = self.inner.lock().ok().and_then(|mut g| g.take());
         if let Some(Inner { client, rt }) = taken {
             drop(client);
-            if let Ok(rt) = Arc::try_unwrap(rt) {
-                py.allow_threads(move || rt.shutdown_timeout(Duration::from_secs(5)));
+            if let Ok(driver) = Arc::try_unwrap(rt) {
+                py.allow_threads(move || {
+                    if let Ok(rt) = Arc::try_unwrap(driver.into_runtime()) {
+                        rt.shutdown_timeout(Duration::from_secs(5));
+                    }
+                });
             }
         }
     }

@@ -10,6 +10,7 @@
 //! registered buffers first.
 
 mod client;
+mod driver;
 mod errors;
 mod target;
 mod transfer;

@@ -19,7 +19,10 @@ class ClientConfig:
     binds; nodes connect to it to pull PUT payloads, so it must be reachable
     from them. ``inline_max_bytes``: ``put`` sends values up to this size
     inline on the command connection (one round trip) and larger ones
-    zero-copy. ``threads``: tokio worker threads behind this client.
+    zero-copy. ``threads``: 0 (default): each calling thread drives the
+    client's sockets itself while it waits, so a reply wakes it directly;
+    1-64: that many tokio worker threads do, and run the data plane's
+    sends of large PUT payloads in parallel.
     ``cma``: with nodes on this host, move payloads by cross-memory attach
     where both processes may (same user and pid namespace); ``False`` keeps
     every node on the network data plane. ``inline_get_max_bytes``:
@@ -50,7 +53,7 @@ class ClientConfig:
     failover: bool = True
     failover_timeout_ms: int = 5_000
     health_check_interval_ms: int = 2_000
-    threads: int = 2
+    threads: int = 0
     inline_max_bytes: int = 16 * 1024
     cma: bool = True
     inline_get_max_bytes: int = 1024 * 1024

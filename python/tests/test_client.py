@@ -160,14 +160,21 @@ def test_unreachable_seed_is_an_io_error():
 
 
 def test_config_forms(server):
-    for cfg in (server.addr, [server.addr], {"seeds": server.addr, "threads": 1}):
+    forms = (server.addr, [server.addr], {"seeds": server.addr, "threads": 1}, {"seeds": server.addr, "threads": 0})
+    for cfg in forms:
         with strata.Client(cfg) as c:
             assert c.cluster_nodes() == [server.addr] or len(c.cluster_nodes()) == 1
     with pytest.raises(strata.InvalidArgumentError, match="unknown config keys"):
         strata.Client(server.addr, bogus=1)
+    with pytest.raises(strata.InvalidArgumentError, match="threads must be in 0..=64"):
+        strata.Client(server.addr, threads=65)
 
 
-def test_threads_share_a_client_with_the_gil_released(client, key):
+@pytest.mark.parametrize("threads", [0, 2])
+def test_threads_share_a_client_with_the_gil_released(server, key, threads):
+    """With ``threads=0`` one caller drives the sockets and wakes the
+    others; with workers, they do."""
+    client = strata.Client(server.addr, threads=threads)
     block = np.full(1 << 20, 9, dtype=np.uint8)
     errors = []
 
@@ -181,11 +188,12 @@ def test_threads_share_a_client_with_the_gil_released(client, key):
         except Exception as e:  # surfaced below
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join()
+    client.close()
     assert errors == []
 
 

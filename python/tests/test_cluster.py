@@ -92,6 +92,35 @@ def test_replicas_survive_a_killed_node_with_default_host_names():
         etcd.stop()
 
 
+@pytest.mark.parametrize("threads", [0, 2])
+def test_an_idle_client_still_learns_new_nodes(threads):
+    """The health check refreshes the map between calls. With ``threads=0``
+    the calling threads drive the runtime, so nobody would while Python
+    makes no call: the client's idle thread must take it over, and hand it
+    back when the next call comes."""
+    etcd = new_etcd()
+    nodes = []
+    try:
+        nodes = start_nodes(etcd, 1, f"idle{threads}", "64MiB")
+        with strata.Client(nodes[0].addr, threads=threads, health_check_interval_ms=100) as c:
+            assert c.cluster_nodes() == [nodes[0].addr]
+            nodes.append(Server(["--metadata-server", etcd.url, "--cluster-name", f"idle{threads}",
+                                 "--node-id", f"idle{threads}1"], pool="64MiB"))
+            # No call from here on until the client has seen the new node.
+            wait_for(lambda: len(c.cluster_nodes()) == 2, "idle client learns the second node", 30)
+            block = np.full(1 << 20, 7, dtype=np.uint8)
+            keys = [f"idle:{threads}:{i}" for i in range(16)]
+            assert {c.owner_of(k) for k in keys} == {n.addr for n in nodes}
+            assert c.batch_put_from(keys, [block] * 16) == [None] * 16
+            out = np.zeros_like(block)
+            for k in keys:
+                assert c.get_into(k, out) == block.nbytes and (out == 7).all()
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.stop()
+
+
 def stat(port, name):
     text = resp(port, "INFO", "stats").decode()
     return int(next(l.split(":", 1)[1] for l in text.splitlines() if l.startswith(name + ":")))
