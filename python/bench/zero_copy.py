@@ -97,7 +97,7 @@ class _Pool:
 
 
 def raw(args) -> int:
-    clients = [strata.Client(args.addr, cma=args.cma, threads=args.threads) for _ in range(args.concurrency)]
+    clients = [strata.Client(args.addr, cma=args.cma, threads=args.threads, spin_us=args.spin_us) for _ in range(args.concurrency)]
     client = clients[0]
     try:
         out = open(args.json, "a") if args.json else None
@@ -134,6 +134,7 @@ def main() -> int:
     p.add_argument("--scenario")
     p.add_argument("--system", default="strata-python")
     p.add_argument("--threads", type=int, default=0, help="the client's runtime threads (0: the callers drive it)")
+    p.add_argument("--spin-us", type=int, default=0, help="the client's spin_us (threads=0: poll this long before sleeping)")
     p.add_argument("--raw", action="store_true", help="the SDK path alone (see the module doc)")
     p.add_argument("--cma", type=lambda s: s.lower() not in ("0", "false", "no"), default=True,
                    help="with --raw: cross-memory attach with a node on this host (false: TCP)")

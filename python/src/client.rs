@@ -82,7 +82,7 @@ impl NativeClient {
                         inline_get_max=strata_client::DEFAULT_INLINE_GET_MAX,
                         inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX,
                         tcp_congestion=None, cma_lanes=strata_client::DEFAULT_CMA_LANES,
-                        split_get_min=strata_client::DEFAULT_SPLIT_GET_MIN))]
+                        split_get_min=strata_client::DEFAULT_SPLIT_GET_MIN, spin_us=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -100,6 +100,7 @@ impl NativeClient {
         tcp_congestion: Option<String>,
         cma_lanes: usize,
         split_get_min: u64,
+        spin_us: u64,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -128,7 +129,12 @@ impl NativeClient {
         cfg.inline_put_max = inline_put_max;
         cfg.split_get_min = split_get_min;
         cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());
-        let rt = Driver::new(threads).map_err(|e| to_pyerr(Error::Io(e)))?;
+        let spin = Duration::from_micros(spin_us);
+        if spin > crate::driver::SPIN_MAX {
+            let max = crate::driver::SPIN_MAX.as_micros();
+            return Err(invalid(format!("spin_us must be in 0..={max}")));
+        }
+        let rt = Driver::new(threads, spin).map_err(|e| to_pyerr(Error::Io(e)))?;
         let client = py
             .allow_threads(|| rt.block_on(Client::connect_with(cfg)))
             .map_err(to_pyerr)?;

@@ -51,6 +51,7 @@ class Client:
             c.tcp_congestion,
             c.cma_lanes,
             c.split_get_min_bytes,
+            c.spin_us,
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -41,6 +41,10 @@ class ClientConfig:
     least this size (up to ``inline_get_max_bytes``) asks for the value's
     two halves at once on two connections, and checks both are of one
     write; 0: never.
+    ``spin_us``: with ``threads=0``, a call polls its sockets this long
+    (at most 1000 us) before it sleeps, so a quick reply costs no sleep and
+    wake-up; at most a quarter of the cores spin at once per process; 0
+    (default): never. Worth it only with idle cores (one caller per host).
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -61,6 +65,7 @@ class ClientConfig:
     tcp_congestion: str = ""
     cma_lanes: int = 2
     split_get_min_bytes: int = 1024 * 1024
+    spin_us: int = 0
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

@@ -168,13 +168,16 @@ def test_config_forms(server):
         strata.Client(server.addr, bogus=1)
     with pytest.raises(strata.InvalidArgumentError, match="threads must be in 0..=64"):
         strata.Client(server.addr, threads=65)
+    with pytest.raises(strata.InvalidArgumentError, match="spin_us must be in 0..=1000"):
+        strata.Client(server.addr, spin_us=1001)
 
 
-@pytest.mark.parametrize("threads", [0, 2])
-def test_threads_share_a_client_with_the_gil_released(server, key, threads):
+@pytest.mark.parametrize("threads,spin_us", [(0, 0), (0, 200), (2, 0)])
+def test_threads_share_a_client_with_the_gil_released(server, key, threads, spin_us):
     """With ``threads=0`` one caller drives the sockets and wakes the
-    others; with workers, they do."""
-    client = strata.Client(server.addr, threads=threads)
+    others (a spinning one too: it yields to the runtime every turn); with
+    workers, they do."""
+    client = strata.Client(server.addr, threads=threads, spin_us=spin_us)
     block = np.full(1 << 20, 9, dtype=np.uint8)
     errors = []
 
