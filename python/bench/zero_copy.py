@@ -12,8 +12,10 @@ registered mmap buffers with raw pointers), i.e. the facade over
 `--raw` measures the SDK path alone: `strata.Client` with raw pointers in
 a tight loop, one client per thread (as strata-bench gives each task its
 own), values filled once before the phase and one value verified after
-it, so the GB/s carry none of the driver's numpy fill/verify work (which
-costs a Python process several hundred microseconds per 1 MiB).
+it (with `--batch N`, N values per `batch_put_from` / `batch_get_into`
+call, latency per call), so the GB/s carry none of the driver's numpy
+fill/verify work (which costs a Python process several hundred
+microseconds per 1 MiB).
 """
 
 from __future__ import annotations
@@ -46,12 +48,29 @@ def raw_phase(clients, op, size, keys, pools, args) -> dict:
     def worker(t):
         src, dst = pools[t]
         client = clients[t]
+        batch = args.batch
+        src_ptrs = [src.ptr + i * size for i in range(batch)]
+        dst_ptrs = [dst.ptr + i * size for i in range(batch)]
+        sizes = [size] * batch
         rng = random.Random(t)
         n = 0
         while True:
-            first_pass = op == "put" and t == 0 and n < len(keys)
+            first_pass = op == "put" and t == 0 and n * args.batch < len(keys)
             if not first_pass and time.monotonic() >= deadline:
                 return
+            if batch > 1:
+                first = n * batch if first_pass else rng.randrange(len(keys) - batch + 1)
+                ks = [keys[(first + i) % len(keys)] for i in range(batch)]
+                t0 = time.perf_counter_ns()
+                if op == "put":
+                    bad = [e for e in client.batch_put_from(ks, src_ptrs, sizes) if e is not None]
+                else:
+                    bad = [r for r in client.batch_get_into(ks, dst_ptrs, sizes) if r != size]
+                if bad:
+                    raise SystemExit(f"batch {op} failed: {bad[0]!r}")
+                lat[t].append(max((time.perf_counter_ns() - t0) // 1000, 1))
+                n += 1
+                continue
             k = n if first_pass else rng.randrange(len(keys))
             t0 = time.perf_counter_ns()
             if op == "put":
@@ -69,10 +88,10 @@ def raw_phase(clients, op, size, keys, pools, args) -> dict:
         th.join()
     secs = time.perf_counter() - start
     all_us = sorted(x for l in lat for x in l)
-    n = len(all_us)
+    n = len(all_us) * args.batch  # values moved; latency is per call
     return {
-        "system": args.system + "-raw", "scenario": f"c{len(pools)}", "api": "zerocopy",
-        "threads": len(pools), "procs": 1, "size": size, "op": op, "n": n, "secs": secs,
+        "system": args.system + "-raw", "scenario": f"c{len(pools)}" + (f"-b{args.batch}" if args.batch > 1 else ""), "api": "zerocopy",
+        "batch": args.batch, "threads": len(pools), "procs": 1, "size": size, "op": op, "n": n, "secs": secs,
         "ops_s": n / secs, "GBps": n * size / secs / 1e9, "p50_us": mb.pct(all_us, 0.5),
         "p99_us": mb.pct(all_us, 0.99), "p999_us": mb.pct(all_us, 0.999), "errors": 0, "mismatches": 0,
     }
@@ -102,19 +121,20 @@ def raw(args) -> int:
     try:
         out = open(args.json, "a") if args.json else None
         for size in args.sizes:
-            pools = [(_Pool(c, size), _Pool(c, size)) for c in clients]
+            pools = [(_Pool(c, size * args.batch), _Pool(c, size * args.batch)) for c in clients]
             keys = [f"pyraw:{size}:{i}" for i in range(args.keys)]
             # Every key gets the same value (key 0's pattern), filled once.
             h0 = mb.key_hash(keys[0].encode())
             for src, _ in pools:
-                mb.fill(src.view, h0, 1)
+                for i in range(args.batch):
+                    mb.fill(src.view[i * size:(i + 1) * size], h0, 1)
             for op in ("put", "get"):
                 row = raw_phase(clients, op, size, keys, pools, args)
                 print(json.dumps(row), flush=True)
                 if out:
                     out.write(json.dumps(row) + "\n")
             dst = pools[0][1]
-            if client.get_into(keys[0], dst.ptr, size) != size or not mb.check(dst.view, h0):
+            if client.get_into(keys[0], dst.ptr, size) != size or not mb.check(dst.view[:size], h0):
                 raise SystemExit(f"MISMATCH on {keys[0]}")
     finally:
         for c in clients:
@@ -135,6 +155,7 @@ def main() -> int:
     p.add_argument("--system", default="strata-python")
     p.add_argument("--threads", type=int, default=0, help="the client's runtime threads (0: the callers drive it)")
     p.add_argument("--spin-us", type=int, default=0, help="the client's spin_us (threads=0: poll this long before sleeping)")
+    p.add_argument("--batch", type=int, default=1, help="with --raw: values per call (batch_put_from / batch_get_into)")
     p.add_argument("--raw", action="store_true", help="the SDK path alone (see the module doc)")
     p.add_argument("--cma", type=lambda s: s.lower() not in ("0", "false", "no"), default=True,
                    help="with --raw: cross-memory attach with a node on this host (false: TCP)")
