@@ -55,7 +55,7 @@ def raw_phase(clients, op, size, keys, pools, args) -> dict:
         rng = random.Random(t)
         n = 0
         while True:
-            first_pass = op == "put" and t == 0 and n * args.batch < len(keys)
+            first_pass = op == "put" and t == 0 and n * batch < len(keys)
             if not first_pass and time.monotonic() >= deadline:
                 return
             if batch > 1:

@@ -95,9 +95,9 @@ impl Drop for Running<'_> {
 }
 
 impl Driver {
-    /// `threads == 0`: the callers drive the runtime; otherwise that many
-    /// worker threads do.
-    /// `spin` applies to the first (see [`spin_then_wait`]).
+    /// `threads == 0`: the callers drive the runtime, each first spinning
+    /// for up to `spin` (see [`spin_then_wait`]); otherwise that many
+    /// worker threads do and `spin` is ignored.
     pub(crate) fn new(threads: usize, spin: Duration) -> std::io::Result<Self> {
         if threads > 0 {
             let rt = Builder::new_multi_thread()
