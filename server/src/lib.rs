@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod node;
 pub mod prefault;
 pub mod pubsub;
+pub mod services;
 pub mod session;
 pub mod tiers;
 
@@ -61,13 +62,13 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     node.spawn_expiry();
     node.spawn_metrics_upkeep();
     node.spawn_lease_sweeper();
-    cluster::repair::spawn_sweeper(&node);
+    services::repair::spawn_sweeper(&node);
     if let Some(http) = http {
         tokio::spawn(http::serve(node.clone(), http));
     }
     if !node.cfg.standalone() {
-        tokio::spawn(cluster::membership::run(node.clone()));
-        tokio::spawn(cluster::replicate::retry_loop(node.clone()));
+        tokio::spawn(services::membership::run(node.clone()));
+        tokio::spawn(services::replicate::retry_loop(node.clone()));
     }
     let result = tokio::select! {
         r = listener::serve(node.clone(), resp) => r,
@@ -77,7 +78,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         }
     };
     if !node.cfg.standalone() {
-        cluster::membership::leave(&node).await;
+        services::membership::leave(&node).await;
     }
     if let Some(lower) = &node.lower {
         tiers::shut_down(&node.store, lower, SHUTDOWN_DRAIN).await;

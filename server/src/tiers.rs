@@ -180,7 +180,7 @@ pub enum Promote {
 pub struct BringIn {
     /// On NVMe: promoted (see [`promote`]).
     pub below: Vec<Bytes>,
-    /// On other nodes: fetched (`cluster::repair::fetch`).
+    /// On other nodes: fetched (`services::repair::fetch`).
     pub elsewhere: Vec<Bytes>,
 }
 

@@ -1,16 +1,16 @@
 //! Where keys live: this node's view of the ring, and routing.
 //!
 //! Standalone, the ring is this node alone and owns every slot. With
-//! `metadata_server` set, [`membership`] keeps the ring in step with the
-//! node records in etcd. Every key command is checked here first: keys of
-//! one request must share a slot (`-CROSSSLOT`), and a slot owned by another
-//! node is answered `-MOVED slot host:port`, as in Redis Cluster, so
-//! cluster-aware Redis clients route by themselves.
+//! `metadata_server` set, [`crate::services::membership`] keeps the ring in
+//! step with the node records in etcd. Every key command is checked here
+//! first: keys of one request must share a slot (`-CROSSSLOT`), and a slot
+//! owned by another node is answered `-MOVED slot host:port`, as in Redis
+//! Cluster, so cluster-aware Redis clients route by themselves.
+//!
+//! Only state lives here, owned by the node; the work that acts on the
+//! whole node (membership, replication, repair) is in `crate::services`.
 
-pub mod membership;
 pub mod peer;
-pub mod repair;
-pub mod replicate;
 pub mod under_replicated;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

@@ -204,7 +204,7 @@ impl Ctx<'_> {
         let now = self.now_ms;
         Some(Out::Rerun(Box::pin(async move {
             if !plan.elsewhere.is_empty() {
-                crate::cluster::repair::fetch(&node, plan.elsewhere).await;
+                crate::services::repair::fetch(&node, plan.elsewhere).await;
             }
             let Some(spill) = &node.spill else {
                 return Ok(());
@@ -236,7 +236,7 @@ impl Ctx<'_> {
     /// waits for the replicas so an acknowledged value survives the loss
     /// of any `copies - 1` nodes.
     pub fn replicate(&self, keys: Vec<Bytes>, copies: Option<u32>, reply: Reply) -> Out {
-        use crate::cluster::replicate;
+        use crate::services::replicate;
         let copies = copies.unwrap_or(self.node.cfg.replica_num) as usize;
         if self.internal || self.node.cluster.standalone() || copies <= 1 {
             return reply.into();
@@ -261,7 +261,7 @@ impl Ctx<'_> {
     /// Forwards a delete (`DEL`/`UNLINK`, key by key) or a TTL change to
     /// each key's replicas.
     pub fn forward(&self, args: &[Bytes], reply: Reply) -> Out {
-        use crate::cluster::replicate;
+        use crate::services::replicate;
         if self.internal || self.node.cluster.standalone() || args.len() < 2 {
             return reply.into();
         }

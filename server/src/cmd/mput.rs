@@ -15,9 +15,9 @@ use strata_tiering::{Condition, Expiry};
 use super::put::{cma_pull, prepare};
 use super::{own_key, transfer_error, Ctx, Out};
 use crate::clock::now_ms;
-use crate::cluster::replicate;
 use crate::metrics::Direction;
 use crate::pubsub::keyspace::Event;
+use crate::services::replicate;
 
 /// A batch is one request's worth of blocks; larger ones are split by the
 /// client.

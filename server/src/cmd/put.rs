@@ -13,10 +13,10 @@ use strata_tiering::{Condition, Expiry, Reservation};
 
 use super::{desc_arg, int_arg, own_key, store_error, transfer_error, Ctx, Out};
 use crate::clock::now_ms;
-use crate::cluster::replicate;
 use crate::metrics::Direction;
 use crate::node::Node;
 use crate::pubsub::keyspace::Event;
+use crate::services::replicate;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let (cond, expiry, copies) = match parse_options(&args[3..], ctx.now_ms) {

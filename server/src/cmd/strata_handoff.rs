@@ -6,7 +6,7 @@ use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
 
 use super::{Ctx, Out};
-use crate::cluster::replicate;
+use crate::services::replicate;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     // A copy on NVMe is read back first (not fetched from other nodes:
