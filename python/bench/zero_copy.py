@@ -15,7 +15,10 @@ own), values filled once before the phase and one value verified after
 it (with `--batch N`, N values per `batch_put_from` / `batch_get_into`
 call, latency per call), so the GB/s carry none of the driver's numpy
 fill/verify work (which costs a Python process several hundred
-microseconds per 1 MiB).
+microseconds per 1 MiB). `--procs P` runs that in P processes at once
+(each with `-c` threads and clients, phases started together), the way
+engines run one process per GPU rank; the row sums their values and
+merges their latencies.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import ctypes
 import json
 import mmap
+import multiprocessing as mp
 import random
 import sys
 import threading
@@ -38,10 +42,11 @@ import strata  # noqa: E402
 from strata.mooncake import MooncakeDistributedStore  # noqa: E402
 
 
-def raw_phase(clients, op, size, keys, pools, args) -> dict:
-    """`op` on `keys` for `--duration` (puts: every key once first), one
-    thread per pool, each with its own client (as strata-bench's tasks);
-    latency of each call, GB/s over the phase's wall time."""
+def raw_phase(clients, op, size, keys, pools, args, first_proc=True) -> dict:
+    """`op` on `keys` for `--duration` (puts: every key once first, by the
+    first thread of the first process), one thread per pool, each with its
+    own client (as strata-bench's tasks); latency of each call, GB/s over
+    the phase's wall time. The row's `_lat` holds the sorted latencies."""
     lat = [[] for _ in pools]
     deadline = time.monotonic() + args.duration
 
@@ -55,7 +60,7 @@ def raw_phase(clients, op, size, keys, pools, args) -> dict:
         rng = random.Random(t)
         n = 0
         while True:
-            first_pass = op == "put" and t == 0 and n * batch < len(keys)
+            first_pass = op == "put" and first_proc and t == 0 and n * batch < len(keys)
             if not first_pass and time.monotonic() >= deadline:
                 return
             if batch > 1:
@@ -94,7 +99,25 @@ def raw_phase(clients, op, size, keys, pools, args) -> dict:
         "batch": args.batch, "threads": len(pools), "procs": 1, "size": size, "op": op, "n": n, "secs": secs,
         "ops_s": n / secs, "GBps": n * size / secs / 1e9, "p50_us": mb.pct(all_us, 0.5),
         "p99_us": mb.pct(all_us, 0.99), "p999_us": mb.pct(all_us, 0.999), "errors": 0, "mismatches": 0,
+        "_lat": all_us,
     }
+
+
+def merge_rows(rows: list[dict]) -> dict:
+    """One row for the same phase run in several processes at once: values
+    summed over the longest process's wall time, latencies merged."""
+    all_us = sorted(x for r in rows for x in r["_lat"])
+    n = sum(r["n"] for r in rows)
+    secs = max(r["secs"] for r in rows)
+    row = dict(rows[0])
+    threads = sum(r["threads"] for r in rows)
+    row.update({
+        "scenario": f"p{len(rows)}c{rows[0]['threads']}" + (f"-b{row['batch']}" if row["batch"] > 1 else ""),
+        "threads": threads, "procs": len(rows), "n": n, "secs": secs, "ops_s": n / secs,
+        "GBps": n * row["size"] / secs / 1e9, "p50_us": mb.pct(all_us, 0.5),
+        "p99_us": mb.pct(all_us, 0.99), "p999_us": mb.pct(all_us, 0.999), "_lat": all_us,
+    })
+    return row
 
 
 class _Pool:
@@ -115,11 +138,56 @@ class _Pool:
         client.register_buffer(self.ptr, size)
 
 
+def emit(row: dict, out) -> None:
+    row = {k: v for k, v in row.items() if k != "_lat"}
+    print(json.dumps(row), flush=True)
+    if out:
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+
+
 def raw(args) -> int:
+    out = open(args.json, "a") if args.json else None
+    if args.procs <= 1:
+        raw_proc(args, 0, None, lambda row: emit(row, out))
+        return 0
+    # fork, before any client exists in the parent: each child builds its
+    # own clients (and runtimes) after the fork.
+    ctx = mp.get_context("fork")
+    barrier, rows = ctx.Barrier(args.procs), ctx.Queue()
+    procs = [ctx.Process(target=_raw_child, args=(args, i, barrier, rows)) for i in range(args.procs)]
+    for pr in procs:
+        pr.start()
+    try:
+        for _ in args.sizes:
+            for _ in ("put", "get"):
+                got = [rows.get(timeout=args.duration + 120) for _ in procs]
+                if any(r is None for r in got):
+                    raise SystemExit("a benchmark process failed (its error is above)")
+                emit(merge_rows(got), out)
+    finally:
+        for pr in procs:
+            pr.join(timeout=30)
+            if pr.is_alive():
+                pr.kill()
+    return 0 if all(pr.exitcode == 0 for pr in procs) else 1
+
+
+def _raw_child(args, index, barrier, rows) -> None:
+    try:
+        raw_proc(args, index, barrier, rows.put)
+    except BaseException:
+        rows.put(None)
+        barrier.abort()
+        raise
+
+
+def raw_proc(args, index, barrier, report) -> None:
+    """The `--raw` run of one process: `report(row)` for each phase; with
+    a `barrier`, every phase starts when all processes are ready."""
     clients = [strata.Client(args.addr, cma=args.cma, threads=args.threads, spin_us=args.spin_us) for _ in range(args.concurrency)]
     client = clients[0]
     try:
-        out = open(args.json, "a") if args.json else None
         for size in args.sizes:
             pools = [(_Pool(c, size * args.batch), _Pool(c, size * args.batch)) for c in clients]
             keys = [f"pyraw:{size}:{i}" for i in range(args.keys)]
@@ -129,17 +197,15 @@ def raw(args) -> int:
                 for i in range(args.batch):
                     mb.fill(src.view[i * size:(i + 1) * size], h0, 1)
             for op in ("put", "get"):
-                row = raw_phase(clients, op, size, keys, pools, args)
-                print(json.dumps(row), flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
+                if barrier is not None:
+                    barrier.wait()
+                report(raw_phase(clients, op, size, keys, pools, args, first_proc=index == 0))
             dst = pools[0][1]
             if client.get_into(keys[0], dst.ptr, size) != size or not mb.check(dst.view[:size], h0):
                 raise SystemExit(f"MISMATCH on {keys[0]}")
     finally:
         for c in clients:
             c.close()
-    return 0
 
 
 def main() -> int:
@@ -157,6 +223,7 @@ def main() -> int:
     p.add_argument("--spin-us", type=int, default=0, help="the client's spin_us (threads=0: poll this long before sleeping)")
     p.add_argument("--batch", type=int, default=1, help="with --raw: values per call (batch_put_from / batch_get_into)")
     p.add_argument("--raw", action="store_true", help="the SDK path alone (see the module doc)")
+    p.add_argument("--procs", type=int, default=1, help="with --raw: processes, each with -c threads (one per GPU rank)")
     p.add_argument("--cma", type=lambda s: s.lower() not in ("0", "false", "no"), default=True,
                    help="with --raw: cross-memory attach with a node on this host (false: TCP)")
     args = p.parse_args()
