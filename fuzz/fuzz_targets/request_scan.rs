@@ -4,9 +4,10 @@
 //!
 //! - every length the scanner returns lies inside the buffer and moves on;
 //! - `Incomplete { need }` asks for more than is buffered;
-//! - a `Frame` decodes with `redis-protocol` into an array of bulk strings
-//!   that uses exactly the scanned length (the connection treats anything
-//!   else as a protocol error it cannot explain to the client);
+//! - a `Frame` decodes with `redis-protocol` (the oracle here) into an
+//!   array of bulk strings that uses exactly the scanned length, and
+//!   `args`, which the connection slices its arguments with, gives those
+//!   very bulks;
 //! - every prefix of a `Frame` is `Incomplete` with `need` inside the frame,
 //!   so a client that sent one whole request is never kept waiting;
 //! - a refused request is skipped to the same byte whether it arrives at
@@ -16,7 +17,7 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use redis_protocol::resp2::{decode::decode_bytes, types::BytesFrame};
-use strata_proto::request::{scan, split_inline, Discard, DiscardStep, Limits, Scan};
+use strata_proto::request::{args, scan, split_inline, Discard, DiscardStep, Limits, Scan};
 
 /// Limits to run every input under: the server's defaults, the proto tests'
 /// small ones, and tiny ones so that refusals happen on short inputs.
@@ -127,6 +128,15 @@ fn check_frame(frame: &[u8], limits: &Limits) {
         total += b.len() as u64;
     }
     assert!(total <= limits.max_request_len);
+    let sliced: Vec<&[u8]> = args(frame).map(|r| &frame[r]).collect();
+    let decoded: Vec<&[u8]> = items
+        .iter()
+        .map(|i| match i {
+            BytesFrame::BulkString(b) => &b[..],
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(sliced, decoded, "args of {frame:?}");
 
     let step = (frame.len() / PREFIX_CHECKS_MAX).max(1);
     for cut in (0..frame.len()).step_by(step) {

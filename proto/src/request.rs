@@ -11,8 +11,11 @@
 //!   connection stays usable (Redis closes it instead);
 //! - reject malformed input with Redis' wording.
 //!
-//! Once the scanner says a frame is complete, the connection decodes it with
-//! `redis-protocol`, which can no longer fail on size or shape.
+//! Once the scanner says a frame is complete (every header, payload and
+//! CRLF checked), [`args`] walks its headers once more and gives each
+//! argument's place in the buffer: the connection slices the arguments out
+//! of the read buffer without decoding the frame a second time (a GET's
+//! generic decode into frames and back cost 4 % of the node's CPU).
 
 use thiserror::Error;
 
@@ -62,6 +65,10 @@ pub enum ProtocolError {
     InlineTooBig,
     #[error("Protocol error: unbalanced quotes in request")]
     UnbalancedQuotes,
+    /// A bulk string's payload is not followed by `\r\n` (its length
+    /// header and its payload disagree).
+    #[error("Protocol error: expected '\\r\\n' after a bulk string of the length given")]
+    ExpectedCrlf,
 }
 
 /// What the buffer holds at its start.
@@ -201,9 +208,74 @@ fn scan_array(buf: &[u8], limits: &Limits) -> Scan {
         if end > buf.len() {
             return Scan::Incomplete { need: end };
         }
+        if &buf[end - 2..end] != b"\r\n" {
+            return Scan::Error(ProtocolError::ExpectedCrlf);
+        }
         pos = end;
     }
     Scan::Frame { len: pos }
+}
+
+/// The places of the arguments (bulk payloads) of `frame`, a RESP array
+/// that [`scan`] called a [`Scan::Frame`] of exactly this length, in order.
+/// On anything else it stops early rather than panic.
+pub fn args(frame: &[u8]) -> Args<'_> {
+    match header(frame) {
+        Some(Ok((count, pos))) if frame.first() == Some(&b'*') => Args {
+            frame,
+            pos,
+            left: usize::try_from(count).unwrap_or(0),
+        },
+        _ => Args {
+            frame,
+            pos: 0,
+            left: 0,
+        },
+    }
+}
+
+/// Iterator returned by [`args`].
+#[derive(Debug, Clone)]
+pub struct Args<'a> {
+    frame: &'a [u8],
+    pos: usize,
+    left: usize,
+}
+
+impl Iterator for Args<'_> {
+    type Item = std::ops::Range<usize>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let rest = &self.frame[self.pos..];
+        let parsed = match rest.first() {
+            Some(b'$') => header(rest).and_then(Result::ok),
+            _ => None,
+        };
+        let Some((len, hlen)) = parsed.filter(|&(len, _)| len >= 0) else {
+            self.left = 0;
+            return None;
+        };
+        let start = self.pos + hlen;
+        let end = start.saturating_add(len as usize);
+        if end.saturating_add(2) > self.frame.len() {
+            self.left = 0;
+            return None;
+        }
+        self.pos = end + 2;
+        self.left -= 1;
+        Some(start..end)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // A well-formed frame has exactly `left`; the count comes from the
+        // client, so never promise (or let `collect` reserve) more than
+        // the bytes could hold: every argument takes at least 6 bytes.
+        let most = self.left.min((self.frame.len() - self.pos) / 6);
+        (0, Some(most))
+    }
 }
 
 /// The bulk string an array request is still receiving, once that bulk's
@@ -482,6 +554,44 @@ mod tests {
         assert_eq!(scan(b"*0\r\n", &l()), Scan::Empty { len: 4 });
         assert_eq!(scan(b"*-1\r\n", &l()), Scan::Empty { len: 5 });
         assert_eq!(scan(b"$0\r\n\r\n*2\r\n", &l()), Scan::Inline { len: 4 });
+    }
+
+    #[test]
+    fn args_are_the_payloads_of_a_scanned_frame() {
+        let f = b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$11\r\nbin\r\nary\x00\r\n\r\n";
+        assert_eq!(scan(f, &l()), Scan::Frame { len: f.len() });
+        let got: Vec<&[u8]> = args(f).map(|r| &f[r]).collect();
+        assert_eq!(got, [&b"SET"[..], b"", b"bin\r\nary\x00\r\n"]);
+        // Never more than the frame could hold, whatever its header says.
+        assert!(args(b"*1000000\r\n$1\r\nk\r\n").size_hint().1 <= Some(1));
+        // Malformed input (not what scan accepts) stops the walk.
+        for bad in [
+            &b"*2\r\n$1\r\nk\r\n"[..],
+            b"*1\r\n$9\r\nk\r\n",
+            b"PING\r\n",
+            b"*1\r\n:1\r\n",
+        ] {
+            assert!(args(bad).count() < 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_payload_longer_or_shorter_than_its_header_is_refused() {
+        let e = |b: &[u8]| scan(b, &l());
+        assert_eq!(
+            e(b"*1\r\n$3\r\nGETX\r\n"),
+            Scan::Error(ProtocolError::ExpectedCrlf)
+        );
+        assert_eq!(
+            e(b"*2\r\n$3\r\nGE\r\n$1\r\nk\r\n"),
+            Scan::Error(ProtocolError::ExpectedCrlf)
+        );
+        assert_eq!(
+            e(b"*1\r\n$3\r\nGET\n\n"),
+            Scan::Error(ProtocolError::ExpectedCrlf)
+        );
+        // Not there yet is not an error.
+        assert_eq!(e(b"*1\r\n$3\r\nGET\r"), Scan::Incomplete { need: 13 });
     }
 
     #[test]

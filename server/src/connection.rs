@@ -22,8 +22,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
-use redis_protocol::resp2::types::BytesFrame;
-use strata_proto::request::{pending_bulk, scan, split_inline};
+use strata_proto::request::{args, pending_bulk, scan, split_inline};
 use strata_proto::{CommandError, Discard, DiscardStep, ErrorCode, Reply, RespVersion, Scan};
 use strata_tiering::{Reservation, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -380,21 +379,13 @@ impl Conn<'_> {
                 Step::Again
             }
             Scan::Frame { len } => {
+                // scan checked every header, payload and CRLF: the
+                // arguments are slices of the frame, nothing is decoded.
                 let frame = self.rbuf.split_to(len).freeze();
-                match redis_protocol::resp2::decode::decode_bytes(&frame) {
-                    Ok(Some((BytesFrame::Array(items), used))) if used == len => {
-                        let mut args = Vec::with_capacity(items.len());
-                        for item in items {
-                            match item {
-                                BytesFrame::BulkString(b) => args.push(b),
-                                _ => return self.protocol_error("expected bulk strings".into()),
-                            }
-                        }
-                        Step::Request(args)
-                    }
-                    Ok(_) => self.protocol_error("unexpected frame".into()),
-                    Err(e) => self.protocol_error(e.to_string()),
-                }
+                let places = args(&frame);
+                let mut out = Vec::with_capacity(places.size_hint().1.unwrap_or(0));
+                out.extend(places.map(|r| frame.slice(r)));
+                Step::Request(out)
             }
             Scan::Inline { len } => {
                 let line = self.rbuf.split_to(len);

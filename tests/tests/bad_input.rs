@@ -81,6 +81,11 @@ fn malformed_resp_is_a_protocol_error_and_closes_that_connection() {
             b"*1\r\n$99999999999999999999999\r\n",
             "-ERR Protocol error: invalid bulk length",
         ),
+        // A payload longer than its header says: never run as a command.
+        (
+            b"*2\r\n$3\r\nGET\r\n$1\r\nkey\r\n",
+            "-ERR Protocol error: expected '\\r\\n' after a bulk string of the length given",
+        ),
     ] {
         assert_protocol_error(&server, bytes, want);
     }
