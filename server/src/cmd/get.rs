@@ -28,18 +28,10 @@ use crate::metrics::Direction;
 use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
-    if let Some(out) = ctx.fetch_missing(&args[1..2]) {
-        return out;
-    }
     match args {
-        [_, key] => match ctx.node.store.get(key, ctx.now_ms) {
-            Ok(v) => {
-                if v.is_none() {
-                    ctx.notify(Event::KeyMiss, key);
-                }
-                Out::Value(v)
-            }
-            Err(e) => store_error(e).into(),
+        [_, key] => match look_up(ctx, key) {
+            Ok(v) => Out::Value(v),
+            Err(out) => out,
         },
         [_, key, desc] => lease(ctx, key, desc, 0, None).unwrap_or_else(Into::into),
         [_, key, desc, opt, n] if opt.eq_ignore_ascii_case(b"INLINE") => match count(n, "INLINE") {
@@ -63,6 +55,26 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }
 }
 
+/// The value of `key`, or `None` for a miss (counted and notified). A key
+/// not in memory is looked for below DRAM, or on its previous holder while
+/// the ring changes, only after the lookup missed, so a hit costs one
+/// index lookup: `Err` is that bring-in, after which the command runs
+/// again (or its error).
+fn look_up(ctx: &mut Ctx<'_>, key: &Bytes) -> Result<Option<Value>, Out> {
+    match ctx.node.store.get_present(key, ctx.now_ms) {
+        Ok(Some(v)) => Ok(Some(v)),
+        Ok(None) => {
+            if let Some(out) = ctx.fetch_missing(std::slice::from_ref(key)) {
+                return Err(out);
+            }
+            ctx.node.store.note_miss();
+            ctx.notify(Event::KeyMiss, key);
+            Ok(None)
+        }
+        Err(e) => Err(store_error(e).into()),
+    }
+}
+
 /// A count argument: an integer, 0 or more.
 fn count(arg: &[u8], what: &str) -> Result<u64, CommandError> {
     int_arg(arg).and_then(|n| {
@@ -75,7 +87,7 @@ fn count(arg: &[u8], what: &str) -> Result<u64, CommandError> {
 /// asked for).
 fn lease(
     ctx: &mut Ctx<'_>,
-    key: &[u8],
+    key: &Bytes,
     desc: &[u8],
     inline_max: u64,
     range: Option<(u64, u64)>,
@@ -99,9 +111,11 @@ fn lease(
             ),
         ));
     }
-    let value = ctx.node.store.get(key, ctx.now_ms).map_err(store_error)?;
+    let value = match look_up(ctx, key) {
+        Ok(v) => v,
+        Err(out) => return Ok(out),
+    };
     let Some(value) = value else {
-        ctx.notify(Event::KeyMiss, key);
         return Err(CommandError::new(ErrorCode::NotFound, "no such key"));
     };
     if value.len() > dst.len {

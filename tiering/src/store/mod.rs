@@ -810,6 +810,18 @@ impl Store {
     /// GPU value that cannot be copied into DRAM (no room, or a device
     /// error).
     pub fn get(&self, key: &[u8], now_ms: u64) -> Result<Option<Value>, StoreError> {
+        let found = self.get_present(key, now_ms)?;
+        if found.is_none() {
+            self.note_miss();
+        }
+        Ok(found)
+    }
+
+    /// Like [`Store::get`], except that a miss is not counted: a caller
+    /// that looks first and brings a missing key in from below (then asks
+    /// again) counts a miss with [`Store::note_miss`] only if it stays one.
+    /// Looking first costs a hit one index lookup instead of two.
+    pub fn get_present(&self, key: &[u8], now_ms: u64) -> Result<Option<Value>, StoreError> {
         let mut expired = Vec::new();
         let found = {
             let mut index = self.index.lock();
@@ -829,11 +841,13 @@ impl Store {
                 }
                 self.readable(key, slot).map(Some)
             }
-            None => {
-                self.misses.fetch_add(1, Relaxed);
-                Ok(None)
-            }
+            None => Ok(None),
         }
+    }
+
+    /// Counts a read that found nothing (see [`Store::get_present`]).
+    pub fn note_miss(&self) {
+        self.misses.fetch_add(1, Relaxed);
     }
 
     /// The value, pinned, without counting a read or touching the LRU
