@@ -28,7 +28,7 @@ use strata_tiering::{Reservation, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::clock::now_ms;
+use crate::clock::RunClock;
 use crate::cmd::{self, Out};
 use crate::node::Node;
 use crate::session::Session;
@@ -98,6 +98,9 @@ struct Conn<'a> {
     mail_unwritten: usize,
     /// Room the next read is offered (see [`READ_ROOM_MAX`]).
     read_room: usize,
+    /// Set when output was written (which may have waited): the run of
+    /// requests' clock starts over.
+    flushed: bool,
     session: Session,
 }
 
@@ -128,6 +131,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         budget: None,
         mail_unwritten: 0,
         read_room: READ_BUF_BYTES,
+        flushed: false,
         session,
     };
     let result = conn.run().await;
@@ -154,27 +158,34 @@ enum Step {
 impl Conn<'_> {
     async fn run(&mut self) -> std::io::Result<()> {
         loop {
+            // Every pass of this loop follows a wait (a read, a value
+            // streamed in, room in the budget, a message).
+            let mut clock = RunClock::start();
             let need = loop {
                 match self.next_step() {
                     Step::Request(args) => {
                         // Messages that arrived first go out first.
                         self.take_mail();
                         let mut out =
-                            cmd::execute(self.node, &mut self.session, &args, now_ms(), false);
+                            cmd::execute(self.node, &mut self.session, &args, &mut clock, false);
+                        let mut waited = matches!(out, Out::Later(_));
                         if let Out::Rerun(before) = out {
                             // Missing keys were fetched (from NVMe or from
                             // their previous holders), or a writer waited
                             // for room: run again, or report why not.
-                            out = match before.await {
+                            let fetched = before.await;
+                            clock.restart();
+                            out = match fetched {
                                 Ok(()) => cmd::execute(
                                     self.node,
                                     &mut self.session,
                                     &args,
-                                    now_ms(),
+                                    &mut clock,
                                     true,
                                 ),
                                 Err(e) => e.into(),
                             };
+                            waited = matches!(out, Out::Later(_));
                         }
                         drop(args);
                         self.session.streamed = None;
@@ -182,6 +193,9 @@ impl Conn<'_> {
                             self.budget = None;
                         }
                         self.emit(out).await?;
+                        if waited || std::mem::take(&mut self.flushed) {
+                            clock.restart();
+                        }
                         if self.session.quit {
                             return self.flush().await;
                         }
@@ -508,6 +522,7 @@ impl Conn<'_> {
     /// Writes everything queued. A subscriber cut off at its output limit
     /// stops writing at once and is closed, even if its socket is stuck.
     async fn flush(&mut self) -> std::io::Result<()> {
+        self.flushed = true;
         let Some(mb) = self.session.mailbox() else {
             return self.write_out().await;
         };

@@ -9,12 +9,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
 use strata_tiering::Value;
 
+use crate::clock::RunClock;
 pub use crate::errors::{store_error, transfer_error};
 use crate::node::Node;
 use crate::pubsub::keyspace::Event;
@@ -440,12 +440,14 @@ fn arity_ok(arity: i32, n: usize) -> bool {
     }
 }
 
-/// Runs one request (`args[0]` is the command name).
+/// Runs one request (`args[0]` is the command name). The request starts
+/// at `clock`'s mark and takes its wall time from there; a reply given at
+/// once ends it (`RunClock::tick`), a later one is timed until it is ready.
 pub fn execute(
     node: &Arc<Node>,
     session: &mut Session,
     args: &[Bytes],
-    now_ms: u64,
+    clock: &mut RunClock,
     rerun: bool,
 ) -> Out {
     let Some((name, rest)) = args.split_first() else {
@@ -483,11 +485,11 @@ pub fn execute(
             return e.into();
         }
     }
-    let start = Instant::now();
+    let start = clock.mark();
     let mut ctx = Ctx {
         node,
         session,
-        now_ms,
+        now_ms: clock.now_ms(),
         internal: false,
         rerun,
     };
@@ -502,7 +504,7 @@ pub fn execute(
             }))
         }
         out => {
-            node.metrics.commands[idx].record(start.elapsed(), out.is_error());
+            node.metrics.commands[idx].record(clock.tick(), out.is_error());
             out
         }
     }
