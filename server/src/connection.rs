@@ -161,6 +161,7 @@ impl Conn<'_> {
             // Every pass of this loop follows a wait (a read, a value
             // streamed in, room in the budget, a message).
             let mut clock = RunClock::start();
+            self.flushed = false;
             let need = loop {
                 match self.next_step() {
                     Step::Request(args) => {
