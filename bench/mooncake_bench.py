@@ -328,7 +328,7 @@ def bench(args) -> int:
         if hold.stdout.readline().strip() != "READY":
             raise RuntimeError("holder did not start")
         store = new_store(addr, 0, 64 << 20)
-        out = open(args.json, "a") if args.json else None
+        out = open_json(args.json)
         ok = True
         print(f"{'system':<9} {'c':>3} {'size':>9} {'op':<4} {'n':>7} {'GB/s':>7} {'p50us':>7} {'p99us':>7} {'errors':>6}")
         for size in args.sizes:
@@ -366,6 +366,17 @@ def bench(args) -> int:
         master.wait()
 
 
+def open_json(path, echoed=False):
+    """Where rows are appended: nothing without --json; "-" is stdout, as
+    for strata-bench (nothing more where the caller already prints every
+    row there, `echoed`); else the file, appended to."""
+    if not path:
+        return None
+    if path == "-":
+        return None if echoed else sys.stdout
+    return open(path, "a")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--role", choices=["bench", "holder"], default="bench")
@@ -377,7 +388,7 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=2.0)
     p.add_argument("--verify", type=lambda s: s.lower() not in ("0", "false", "no"), default=True)
     p.add_argument("--batch", type=int, default=1, help="values per operation (batch_upsert_from / batch_get_into)")
-    p.add_argument("--json")
+    p.add_argument("--json", help="append one JSON object per phase to this file ('-': stdout, as strata-bench)")
     p.add_argument("--scenario")
     p.add_argument("--system", default="mooncake")
     args = p.parse_args()

@@ -147,7 +147,7 @@ def emit(row: dict, out) -> None:
 
 
 def raw(args) -> int:
-    out = open(args.json, "a") if args.json else None
+    out = mb.open_json(args.json, echoed=True)
     if args.procs <= 1:
         raw_proc(args, 0, None, lambda row: emit(row, out))
         return 0
@@ -216,7 +216,7 @@ def main() -> int:
     p.add_argument("-c", "--concurrency", type=int, default=1)
     p.add_argument("--duration", type=float, default=2.0)
     p.add_argument("--verify", type=lambda s: s.lower() not in ("0", "false", "no"), default=True)
-    p.add_argument("--json")
+    p.add_argument("--json", help="also append each row to this file ('-': stdout only, where every row goes anyway)")
     p.add_argument("--scenario")
     p.add_argument("--system", default="strata-python")
     p.add_argument("--threads", type=int, default=0, help="the client's runtime threads (0: the callers drive it)")
@@ -233,7 +233,7 @@ def main() -> int:
     store = MooncakeDistributedStore()
     if store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", args.addr) != 0:
         raise SystemExit(f"cannot reach strata at {args.addr}")
-    out = open(args.json, "a") if args.json else None
+    out = mb.open_json(args.json, echoed=True)
     ok = True
     for size in args.sizes:
         bufs = [(mb.Buffer(store, size), mb.Buffer(store, size)) for _ in range(args.concurrency)]
