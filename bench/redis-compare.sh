@@ -39,10 +39,10 @@ for p in "$SP" "$RP"; do
   for _ in $(seq 100); do redis-cli -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
 done
 
-# name|redis-benchmark arguments
+# name|requests per run|redis-benchmark arguments (run once for SET, once for GET)
 CASES=(
-  "4KiB pipelined|-t set,get -P 16 -c 50 -d 4096 -n 400000"
-  "1MiB single|-t set,get -P 1 -c 1 -d 1048576 -n 3000"
+  "4KiB pipelined|400000|-P 16 -c 50 -d 4096"
+  "1MiB single|3000|-P 1 -c 1 -d 1048576"
 )
 echo "machine: $(nproc) cores, $(uname -r), $(date -u +%F)${PIN:+, pinned server:client $PIN}"
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
@@ -52,15 +52,14 @@ echo "redis: $(redis-server --version | awk '{print $3}')"
 results=$(mktemp)
 for r in $(seq "$ROUNDS"); do
   for c in "${CASES[@]}"; do
-    name=${c%%|*}; args=${c#*|}
-    n=$(echo "$args" | sed -E 's/.*-n ([0-9]+).*/\1/')
+    IFS='|' read -r name n args <<< "$c"
     for sys in strata redis; do
       port=$SP pid=$SPID; [ $sys = redis ] && port=$RP pid=$RPID
       # One operation per run, so that the CPU time is that operation's.
       for op in set get; do
         before=$(cpu_ticks "$pid")
         # shellcheck disable=SC2086
-        line=$("${CLI[@]}" redis-benchmark -p "$port" ${args/-t set,get/-t $op} -q 2>/dev/null |
+        line=$("${CLI[@]}" redis-benchmark -p "$port" -t "$op" -n "$n" $args -q 2>/dev/null |
           tr '\r' '\n' | grep "requests per second" | tail -1)
         after=$(cpu_ticks "$pid")
         rps=$(echo "$line" | awk '{print $2}')

@@ -25,7 +25,6 @@ use strata_tiering::Value;
 
 use super::{desc_arg, int_arg, store_error, transfer_error, Ctx, Out};
 use crate::metrics::Direction;
-use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     match args {
@@ -55,22 +54,13 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }
 }
 
-/// The value of `key`, or `None` for a miss (counted and notified). A key
-/// not in memory is looked for below DRAM, or on its previous holder while
-/// the ring changes, only after the lookup missed, so a hit costs one
-/// index lookup: `Err` is that bring-in, after which the command runs
-/// again (or its error).
+/// The value of `key`, or `None` for a miss (counted and notified). `Err`:
+/// the key is being brought in from below DRAM or a previous holder, after
+/// which the command runs again (see [`Ctx::missed`]), or the store's error.
 fn look_up(ctx: &mut Ctx<'_>, key: &Bytes) -> Result<Option<Value>, Out> {
     match ctx.node.store.get_present(key, ctx.now_ms) {
         Ok(Some(v)) => Ok(Some(v)),
-        Ok(None) => {
-            if let Some(out) = ctx.fetch_missing(std::slice::from_ref(key)) {
-                return Err(out);
-            }
-            ctx.node.store.note_miss();
-            ctx.notify(Event::KeyMiss, key);
-            Ok(None)
-        }
+        Ok(None) => ctx.missed(std::slice::from_ref(key)).map_or(Ok(None), Err),
         Err(e) => Err(store_error(e).into()),
     }
 }

@@ -3,14 +3,12 @@
 use bytes::Bytes;
 
 use super::{Ctx, Out};
-use crate::pubsub::keyspace::Event;
 
 pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let keys = &args[1..];
     let store = &ctx.node.store;
-    // Looked up first, as GET does: only keys that missed are looked for
-    // below DRAM (or on their previous holders), then the whole command
-    // runs again.
+    // Looked up first, as GET does: only the keys that missed are brought
+    // in (then the whole command runs again) or counted as misses.
     let values = match keys
         .iter()
         .map(|k| store.get_present(k, ctx.now_ms))
@@ -28,12 +26,5 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     if missing.is_empty() {
         return Out::Values(values);
     }
-    if let Some(out) = ctx.fetch_missing(&missing) {
-        return out;
-    }
-    for k in &missing {
-        ctx.node.store.note_miss();
-        ctx.notify(Event::KeyMiss, k);
-    }
-    Out::Values(values)
+    ctx.missed(&missing).unwrap_or(Out::Values(values))
 }

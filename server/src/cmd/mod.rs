@@ -155,6 +155,21 @@ impl Ctx<'_> {
         self.bring_in(keys, Promote::All)
     }
 
+    /// For reads that looked `keys` up in DRAM and missed
+    /// (`Store::get_present`): brings them in as [`Ctx::fetch_missing`]
+    /// does (`Some`: run again), or else counts each as a miss and
+    /// notifies it. Looking first costs a hit one index lookup, not two.
+    pub fn missed(&self, keys: &[Bytes]) -> Option<Out> {
+        if let Some(out) = self.fetch_missing(keys) {
+            return Some(out);
+        }
+        for key in keys {
+            self.node.store.note_miss();
+            self.notify(Event::KeyMiss, key);
+        }
+        None
+    }
+
     /// Like [`Ctx::fetch_missing`], without promoting from NVMe: for
     /// commands that handle a key below DRAM themselves (`DEL`).
     pub fn fetch_from_peers(&self, keys: &[Bytes]) -> Option<Out> {
