@@ -195,8 +195,8 @@ struct Args {
     /// pulled by the node over the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_PUT_MAX as usize)]
     inline_put_max: usize,
-    /// Congestion control of this client's sockets, e.g. cubic (the
-    /// client's `tcp_congestion`; default: the host's).
+    /// Congestion control of this client's sockets: auto, host, or a name
+    /// such as cubic (the client's `tcp_congestion`; default: auto).
     #[arg(long)]
     tcp_congestion: Option<String>,
 }

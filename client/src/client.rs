@@ -48,11 +48,11 @@ impl Client {
 
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
-    pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
-        if let Some(name) = &cfg.tcp_congestion {
-            strata_rdma::sockopt::check_congestion(name)
-                .map_err(|e| Error::Io(std::io::Error::other(format!("tcp_congestion: {e}"))))?;
-        }
+    pub async fn connect_with(mut cfg: ClientConfig) -> Result<Self> {
+        // From here on the config holds the name to set, or `None` for the
+        // host's default.
+        cfg.tcp_congestion = strata_rdma::sockopt::resolve(cfg.tcp_congestion.as_deref())
+            .map_err(|e| Error::Io(std::io::Error::other(format!("tcp_congestion: {e}"))))?;
         let listen = Listen {
             advertise_host: cfg.data_advertise.clone(),
             tcp_congestion: cfg.tcp_congestion.clone(),

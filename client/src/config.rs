@@ -79,36 +79,41 @@ pub struct ClientConfig {
     /// whose payloads the node pulls. 0: every value by the data plane.
     pub inline_put_max: u64,
     /// Congestion control of this client's command connections and data
-    /// plane (its senders: SET payloads, and PUT payloads the nodes pull),
-    /// e.g. `cubic`; `None`: the host's default. Checked at connect. See
-    /// `strata_rdma::sockopt` for why BBR hosts may want it.
+    /// plane (its senders: SET payloads, and PUT payloads the nodes pull):
+    /// `None` or `auto` (CUBIC, else Reno, in place of a host default of
+    /// BBR; any other host default kept), `host`, or a name such as
+    /// `cubic`. Checked at connect. See `strata_rdma::sockopt` for why.
     pub tcp_congestion: Option<String>,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
-/// extra round trip costs as much as moving a few hundred KiB: measured
-/// here, inline GETs are faster up to 1 MiB, and the data plane's reads
-/// split over several connections from 2 MiB (docs/BENCHMARKS.md §2e).
-pub const DEFAULT_INLINE_GET_MAX: u64 = 1 << 20;
+/// extra round trip costs as much as moving a few hundred KiB: with CUBIC
+/// on strata's sockets (`tcp_congestion: auto`), inline GETs were faster
+/// than data-plane reads at 4 and 8 MiB, with 1 and 4 clients, and about
+/// even at 16 MiB (docs/BENCHMARKS.md §2f).
+pub const DEFAULT_INLINE_GET_MAX: u64 = 8 << 20;
 
 /// The most a GET of a batch returns inline: 8 values of 1 MiB read over
 /// several data-plane connections at once moved 1.2x faster than inline
 /// one after another (docs/BENCHMARKS.md §2e).
 pub const BATCH_INLINE_GET_MAX: u64 = 256 * 1024;
 
-/// See [`ClientConfig::split_get_min`]. Under BBR one loopback stream
-/// takes 1.3-1.9x as long to move a reply of 1 MiB as of 1020 KiB (the
-/// burst its congestion window lets out at once); as two halves on two
-/// connections a 1 MiB GET moved 1.1-1.4x faster here, while halves of
-/// 512-768 KiB values moved 10-30 % slower than whole ones
-/// (docs/BENCHMARKS.md §2h).
-pub const DEFAULT_SPLIT_GET_MIN: u64 = 1 << 20;
+/// See [`ClientConfig::split_get_min`]: never, by default. Under BBR one
+/// loopback stream takes 1.3-1.9x as long to move a reply of 1 MiB as of
+/// 1020 KiB, and as two halves on two connections a 1 MiB GET moved
+/// 1.1-1.4x faster (docs/BENCHMARKS.md §2h); under CUBIC, which
+/// `tcp_congestion: auto` puts in BBR's place, whole GETs of 1 and 4 MiB
+/// were 1.05-1.1x faster than halves (§2f). `1 << 20` is the setting for a
+/// client that keeps BBR (`tcp_congestion: host`).
+pub const DEFAULT_SPLIT_GET_MIN: u64 = 0;
 
 /// See [`ClientConfig::inline_put_max`]: measured here, a `SET` moved
-/// 1.3-2x faster than a pulled `PUT` from 16 KiB to 1 MiB, about the same
-/// at 4 MiB (docs/BENCHMARKS.md §2e). Larger payloads would hold the command
-/// connection, which this client's tasks share, for longer.
-pub const DEFAULT_INLINE_PUT_MAX: u64 = 1 << 20;
+/// 1.3-2x faster than a pulled `PUT` from 16 KiB to 1 MiB
+/// (docs/BENCHMARKS.md §2e), and with CUBIC on strata's sockets
+/// (`tcp_congestion: auto`) 1.1-1.2x faster at 4 MiB; at 8 MiB and more
+/// it was faster with one client but 1.2x slower with four, whose large
+/// payloads hold the command connection they share (§2f).
+pub const DEFAULT_INLINE_PUT_MAX: u64 = 4 << 20;
 
 /// The most a GET returns inline where the read would go by cross-memory
 /// attach or RDMA: a cross-memory read of 128 KiB already matches an

@@ -2,7 +2,9 @@
 //! process holds uses the named congestion control, whichever side opened
 //! it: the command connection (inline SET and GET), the node's data plane
 //! (client reads) and the client's (the node's pulls). Its own test binary,
-//! so that no other test's connections share this process.
+//! so that no other test's connections share this process, and its tests
+//! take turns (`TURN`) for the same reason: each one's node is gone, and
+//! with it every connection it held, before the next looks.
 
 mod common;
 
@@ -14,8 +16,11 @@ use strata_client::{Client, ClientConfig};
 /// default shows.
 const CC: &str = "reno";
 
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn every_connection_of_node_and_client_uses_the_named_control() {
+    let _turn = TURN.lock().await;
     let node = Node::start(&["--tcp-congestion", CC]);
     let c = Client::connect_with(ClientConfig {
         cma: false,
@@ -24,9 +29,40 @@ async fn every_connection_of_node_and_client_uses_the_named_control() {
     })
     .await
     .expect("connect");
-    // Inline both ways, then pulled both ways (over the 1 MiB limits).
-    round_trip(&c, "cc-small", 64 << 10).await;
-    round_trip(&c, "cc-large", 3 << 20).await;
+    every_connection_uses(&node, &c, CC).await;
+}
+
+/// The defaults (`auto` on both sides): on a BBR host (as this project's
+/// CI machine is), CUBIC or Reno on every connection; elsewhere the host's
+/// own default, untouched.
+#[tokio::test]
+async fn by_default_every_connection_steps_away_from_bbr_only() {
+    let _turn = TURN.lock().await;
+    let host = strata_rdma::sockopt::host_default();
+    let want = strata_rdma::sockopt::resolve(None)
+        .expect("auto")
+        .unwrap_or_else(|| host.clone());
+    assert!(
+        !want.starts_with("bbr"),
+        "host {host}: the default would leave strata on {want}"
+    );
+    let node = Node::start(&[]);
+    let c = Client::connect_with(ClientConfig {
+        cma: false,
+        ..ClientConfig::new(node.addr())
+    })
+    .await
+    .expect("connect");
+    every_connection_uses(&node, &c, &want).await;
+}
+
+/// Moves values inline and pulled, both ways, then checks the control of
+/// every established connection of `node` and of this process.
+async fn every_connection_uses(node: &Node, c: &Client, cc: &str) {
+    // Inline both ways, then pulled both ways (over both inline limits).
+    let over = strata_client::DEFAULT_INLINE_GET_MAX.max(strata_client::DEFAULT_INLINE_PUT_MAX);
+    round_trip(c, "cc-small", 64 << 10).await;
+    round_trip(c, "cc-large", over as usize + 1).await;
     let sockets = established();
     for (who, pid, least) in [("node", node.pid(), 3), ("client", std::process::id(), 3)] {
         let mine: Vec<&(u32, String)> = sockets.iter().filter(|(p, _)| *p == pid).collect();
@@ -35,8 +71,8 @@ async fn every_connection_of_node_and_client_uses_the_named_control() {
             "{who}: {} established connections, want at least {least}: {sockets:?}",
             mine.len()
         );
-        for (_, cc) in mine {
-            assert_eq!(cc, CC, "{who} has a connection on {cc}: {sockets:?}");
+        for (_, on) in mine {
+            assert_eq!(on, cc, "{who} has a connection on {on}: {sockets:?}");
         }
     }
 }

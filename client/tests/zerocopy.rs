@@ -325,7 +325,9 @@ async fn put_many_splits_batches_over_the_mput_limit() {
 async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
     let node = Node::start(&[]);
     let inline = node.network_client().await;
-    assert_eq!(inline.config().inline_get_max, MIB as u64);
+    // The documented defaults.
+    let limit = 8 * MIB;
+    assert_eq!(inline.config().inline_get_max, limit as u64);
     assert_eq!(strata_client::BATCH_INLINE_GET_MAX, 256 * 1024);
     let leased = Client::connect_with(strata_client::ClientConfig {
         cma: false,
@@ -334,7 +336,15 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
     })
     .await
     .expect("connect");
-    let sizes = [1usize, 100, 65536, 256 * 1024, 256 * 1024 + 1, MIB, MIB + 1];
+    let sizes = [
+        1usize,
+        100,
+        65536,
+        256 * 1024,
+        256 * 1024 + 1,
+        limit,
+        limit + 1,
+    ];
     for len in sizes {
         round_trip(&inline, &format!("mix-{len}"), len).await;
     }
@@ -342,7 +352,8 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
     // A single read from 1 MiB goes in pieces; a batch's reads do not.
     let singles: u64 = sizes.iter().map(|&l| pieces(l)).sum();
     let all = sizes.len() as u64;
-    for (c, singles, batched) in [(&inline, 2, 3), (&leased, singles, all)] {
+    let over = pieces(limit + 1);
+    for (c, singles, batched) in [(&inline, over, 3), (&leased, singles, all)] {
         let before = served().await;
         for len in sizes {
             let key = format!("mix-{len}");
@@ -394,7 +405,9 @@ async fn small_values_come_back_inline_and_large_ones_by_the_data_plane() {
 async fn small_puts_go_inline_and_large_ones_are_pulled() {
     let node = Node::start(&[]);
     let inline = node.network_client().await;
-    assert_eq!(inline.config().inline_put_max, MIB as u64);
+    // The documented default.
+    let limit = 4 * MIB;
+    assert_eq!(inline.config().inline_put_max, limit as u64);
     let pulled = Client::connect_with(strata_client::ClientConfig {
         cma: false,
         inline_put_max: 0,
@@ -402,7 +415,7 @@ async fn small_puts_go_inline_and_large_ones_are_pulled() {
     })
     .await
     .expect("connect");
-    let sizes = [0usize, 1, 65536, MIB, MIB + 1, 3 * MIB];
+    let sizes = [0usize, 1, 65536, limit, limit + 1, limit + 3 * MIB];
     let over: u64 = sizes[4..].iter().map(|&l| pieces(l)).sum();
     let every: u64 = sizes.iter().map(|&l| pieces(l)).sum();
     for (c, name, pulls) in [(&inline, "inl", over), (&pulled, "pull", every)] {
@@ -564,7 +577,13 @@ async fn large_single_gets_come_as_two_halves() {
 #[tokio::test]
 async fn halves_of_a_value_overwritten_meanwhile_are_never_mixed() {
     let node = Node::start(&["--cpu-memory-pool-size", "1GiB"]);
-    let reader = node.network_client().await;
+    let reader = Client::connect_with(strata_client::ClientConfig {
+        cma: false,
+        split_get_min: MIB as u64,
+        ..strata_client::ClientConfig::new(node.addr())
+    })
+    .await
+    .expect("connect");
     let writer = node.network_client().await;
     let mut bufs = Vec::new();
     for fill in [0xa1u8, 0xb2] {

@@ -34,8 +34,9 @@ class ClientConfig:
     value up to this size sends it with the command, straight from the
     buffer (one round trip), rather than having the node pull it; 0: every
     value pulled. ``tcp_congestion``: congestion control of this client's
-    sockets (e.g. ``"cubic"``; empty: the host's default), checked at
-    connect. ``cma_lanes``: threads that copy one cross-memory read of
+    sockets: ``"auto"`` (CUBIC, else Reno, in place of a host default of
+    BBR; any other host default kept), ``"host"``, or a name such as
+    ``"cubic"``; checked at connect. ``cma_lanes``: threads that copy one cross-memory read of
     2 MiB or more (1: the calling thread alone; at most 16).
     ``split_get_min_bytes``: over TCP, ``get_into`` into a buffer of at
     least this size (up to ``inline_get_max_bytes``) asks for the value's
@@ -60,11 +61,11 @@ class ClientConfig:
     threads: int = 0
     inline_max_bytes: int = 16 * 1024
     cma: bool = True
-    inline_get_max_bytes: int = 1024 * 1024
-    inline_put_max_bytes: int = 1024 * 1024
-    tcp_congestion: str = ""
+    inline_get_max_bytes: int = 8 * 1024 * 1024
+    inline_put_max_bytes: int = 4 * 1024 * 1024
+    tcp_congestion: str = "auto"
     cma_lanes: int = 2
-    split_get_min_bytes: int = 1024 * 1024
+    split_get_min_bytes: int = 0
     spin_us: int = 0
     gpu_staging_bytes: int = 128 * 1024 * 1024
 

@@ -1,13 +1,20 @@
-//! The congestion control strata's own TCP sockets use, when an operator
-//! names one (`tcp_congestion`) instead of the host's default.
+//! The congestion control strata's own TCP sockets use (`tcp_congestion`):
+//! `auto` (the default), `host`, or a name such as `cubic`.
 //!
-//! Why it is a setting: a zero-copy GET or PUT is one request and one
-//! burst of up to a few MiB. Under BBR, the default of many cloud images,
-//! such a burst is paced at BBR's estimate of the path's bandwidth, which
-//! a connection that is idle between bursts keeps low: on loopback here a
-//! 1 MiB burst took 1.7x as long as under Reno or CUBIC
-//! (`rdma/examples/tcp_loop.rs`, docs/BENCHMARKS.md §2f). Setting it on
-//! strata's sockets alone leaves the host's other traffic as it is.
+//! Why `auto` steps away from BBR: a zero-copy GET or PUT is one request
+//! and one burst of up to a few MiB. Under BBR, the default of many cloud
+//! images, such a burst is paced at BBR's estimate of the path's
+//! bandwidth, which a connection that is idle between bursts keeps low: on
+//! loopback here a 1 MiB burst took 1.7x as long as under Reno or CUBIC
+//! (`rdma/examples/tcp_loop.rs`, docs/BENCHMARKS.md §2f). Worse, on
+//! loopback BBR's pacing timer sends some segments from another CPU than
+//! the writer, and loopback delivers each CPU's segments in its own
+//! queue: the receiver sees them out of order, the sender retransmits
+//! (about 200 spurious retransmits per 2 s of 64 KiB batches here, none
+//! under CUBIC) and some connections never recover their rate (§2f).
+//! Any other host default (CUBIC, DCTCP, ...) is left as the operator set
+//! it, and setting it on strata's sockets alone leaves the host's other
+//! traffic as it is.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -18,6 +25,55 @@ const NAME_MAX: usize = 16;
 /// Where the kernel lists what a process may choose.
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+
+/// The `tcp_congestion` setting that picks for the host (see the module
+/// comment); also what an empty setting means.
+pub const AUTO: &str = "auto";
+/// The `tcp_congestion` setting that keeps the host's default.
+pub const HOST: &str = "host";
+/// Where the host's default is.
+const HOST_DEFAULT: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+/// What `auto` tries in place of BBR, in order: CUBIC is the kernel's own
+/// default; Reno is built into every kernel and always allowed, where
+/// CUBIC is allowed only if the administrator listed it (a non-root node
+/// on a BBR host).
+const INSTEAD_OF_BBR: [&str; 2] = ["cubic", "reno"];
+
+/// What a `tcp_congestion` setting means on this host: the name to set on
+/// strata's sockets, or `None` to leave them at the host's default.
+/// `None` and `""` mean `auto`. A name that cannot be set is an error that
+/// says what the kernel offers; `auto` never fails.
+pub fn resolve(setting: Option<&str>) -> Result<Option<String>, String> {
+    match setting.unwrap_or(AUTO) {
+        "" | AUTO => Ok(auto()),
+        HOST => Ok(None),
+        name => check_congestion(name).map(|()| Some(name.to_owned())),
+    }
+}
+
+/// `auto`'s choice, worked out once per process.
+fn auto() -> Option<String> {
+    static CHOICE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    CHOICE
+        .get_or_init(|| {
+            let host = std::fs::read_to_string(HOST_DEFAULT).unwrap_or_default();
+            if !host.trim().starts_with("bbr") {
+                return None;
+            }
+            INSTEAD_OF_BBR
+                .iter()
+                .find(|name| check_congestion(name).is_ok())
+                .map(|name| (*name).to_owned())
+        })
+        .clone()
+}
+
+/// The host's default congestion control, for logs.
+pub fn host_default() -> String {
+    std::fs::read_to_string(HOST_DEFAULT)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
 
 /// Sets the congestion control of `socket` (a listener passes it on to the
 /// connections it accepts).
@@ -97,6 +153,25 @@ mod tests {
         };
         assert_eq!(rc, 0);
         assert!(buf.starts_with(b"reno"), "{buf:?}");
+    }
+
+    /// `auto` leaves any host default but BBR alone, and never picks BBR.
+    #[test]
+    fn auto_steps_away_from_bbr_only() {
+        let host = host_default();
+        let auto = resolve(None).expect("auto never fails");
+        assert_eq!(resolve(Some("")).unwrap(), auto);
+        assert_eq!(resolve(Some(AUTO)).unwrap(), auto);
+        match auto.as_deref() {
+            None => assert!(!host.starts_with("bbr"), "host {host}: auto kept BBR"),
+            Some(name) => {
+                assert!(host.starts_with("bbr"), "host {host}: auto chose {name}");
+                assert!(INSTEAD_OF_BBR.contains(&name), "{name}");
+            }
+        }
+        assert_eq!(resolve(Some(HOST)).unwrap(), None);
+        assert_eq!(resolve(Some("reno")).unwrap().as_deref(), Some("reno"));
+        assert!(resolve(Some("nosuchalgo")).is_err());
     }
 
     #[test]

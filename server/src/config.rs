@@ -115,7 +115,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "tcp_congestion",
-        "congestion control of the node's RESP and data-plane sockets, e.g. cubic or reno (empty = the host's default)",
+        "congestion control of the node's RESP and data-plane sockets: auto (cubic in place of the host's bbr), host, or a name such as cubic",
     ),
     (
         "worker_threads",
@@ -252,7 +252,7 @@ pub struct Cli {
     /// Threads that copy one cross-memory read of 2 MiB or more [default: 2].
     #[arg(long, env = "STRATA_CMA_LANES")]
     cma_lanes: Option<String>,
-    /// Congestion control of the RESP and data-plane sockets, e.g. cubic; empty = the host's default.
+    /// Congestion control of the RESP and data-plane sockets: auto, host, or a name such as cubic [default: auto].
     #[arg(long, env = "STRATA_TCP_CONGESTION")]
     tcp_congestion: Option<String>,
     /// Threads of the async runtime; 0 = one per CPU core [default: 0].
@@ -382,8 +382,10 @@ pub struct Config {
     /// Threads that copy one cross-memory read (a PUT's payload, a
     /// replica's copy) of `strata_rdma::cma::SPLIT_MIN_BYTES` or more.
     pub cma_lanes: u32,
-    /// Congestion control of the RESP and data-plane sockets (checked at
-    /// start: available and allowed); empty: the host's default.
+    /// Congestion control of the RESP and data-plane sockets: `auto` (CUBIC,
+    /// else Reno, in place of a host default of BBR; any other host default
+    /// kept), `host`, or a name (checked at start: available and allowed).
+    /// See `strata_rdma::sockopt`.
     pub tcp_congestion: String,
     /// Async runtime threads; 0: one per CPU core.
     pub worker_threads: u32,
@@ -466,7 +468,7 @@ impl Default for Config {
             rdma_fallback_tcp: false,
             cma: "auto".into(),
             cma_lanes: strata_rdma::cma::DEFAULT_LANES as u32,
-            tcp_congestion: String::new(),
+            tcp_congestion: strata_rdma::sockopt::AUTO.into(),
             worker_threads: 0,
             notify_keyspace_events: String::new(),
             pubsub_output_buffer_limit: 32 * MIB,
@@ -774,10 +776,12 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         }
         "cma_lanes" => cfg.cma_lanes = int_in(v, 1, strata_rdma::cma::LANES_MAX as u64)? as u32,
         "tcp_congestion" => {
-            if !v.is_empty() {
-                strata_rdma::sockopt::check_congestion(v)?;
-            }
-            cfg.tcp_congestion = v.into();
+            strata_rdma::sockopt::resolve(Some(v))?;
+            cfg.tcp_congestion = if v.is_empty() {
+                strata_rdma::sockopt::AUTO.into()
+            } else {
+                v.into()
+            };
         }
         "worker_threads" => cfg.worker_threads = int_in(v, 0, WORKER_THREADS_MAX)? as u32,
         "notify_keyspace_events" => {
@@ -950,9 +954,13 @@ impl Config {
         }
     }
 
-    /// The congestion control named for strata's sockets, if any.
+    /// The congestion control to set on strata's sockets; `None` keeps the
+    /// host's default.
     pub fn tcp_congestion(&self) -> Option<String> {
-        (!self.tcp_congestion.is_empty()).then(|| self.tcp_congestion.clone())
+        // The setting was checked when it was parsed, and `auto` and `host`
+        // cannot fail: an error here means the kernel changed under us,
+        // and the host's default is the safe answer.
+        strata_rdma::sockopt::resolve(Some(&self.tcp_congestion)).unwrap_or(None)
     }
 
     pub fn standalone(&self) -> bool {

@@ -56,6 +56,10 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         metrics = %metrics,
         data = %node.transport.endpoint(),
         pool_bytes = node.cfg.cpu_memory_pool_size,
+        tcp_congestion = %node
+            .cfg
+            .tcp_congestion()
+            .unwrap_or_else(|| format!("{} (host)", strata_rdma::sockopt::host_default())),
         "strata-server ready"
     );
     node.spawn_event_publisher();

@@ -153,7 +153,7 @@ impl Node {
         me.process = cma.as_ref().map(|c| c.record());
         let cluster = Cluster::new(me, cfg.standalone());
         Ok(Node {
-            peers: Peers::new(cfg.requirepass.clone()),
+            peers: Peers::new(cfg.requirepass.clone(), cfg.tcp_congestion()),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
             request_budget: Arc::new(Semaphore::new(

@@ -47,13 +47,17 @@ struct Pool {
 pub struct Peers {
     pools: Mutex<HashMap<String, Arc<Pool>>>,
     password: Option<String>,
+    /// `tcp_congestion` as resolved for this host (replicas and hand-offs
+    /// send values on these connections).
+    congestion: Option<String>,
 }
 
 impl Peers {
-    pub fn new(password: Option<String>) -> Peers {
+    pub fn new(password: Option<String>, congestion: Option<String>) -> Peers {
         Peers {
             pools: Mutex::new(HashMap::new()),
             password,
+            congestion,
         }
     }
 
@@ -112,6 +116,10 @@ impl Peers {
             .map_err(|e| PeerError::Io(addr.into(), e))?;
         sock.set_nodelay(true)
             .map_err(|e| PeerError::Io(addr.into(), e))?;
+        if let Some(name) = &self.congestion {
+            strata_rdma::sockopt::set_congestion(&sock, name)
+                .map_err(|e| PeerError::Io(addr.into(), e))?;
+        }
         let mut sock = sock;
         if let Some(pass) = &self.password {
             match tokio::time::timeout(
