@@ -99,19 +99,22 @@ async fn round_trips_go_by_cma_byte_exact() {
 }
 
 /// `cma: off` on the node, or `cma: false` in the client: the network data
-/// plane, with the same bytes (2 MiB: over TCP values up to 1 MiB travel
-/// with the command).
+/// plane, with the same bytes (a value over the SDK's inline limits, since
+/// over TCP smaller ones travel with the command).
 #[tokio::test]
 async fn off_on_either_side_uses_the_network() {
+    let len = strata_client::DEFAULT_INLINE_GET_MAX.max(strata_client::DEFAULT_INLINE_PUT_MAX)
+        as usize
+        + MIB;
     let node = Node::start(&["--cma", "off"]);
     let c = node.client().await;
-    round_trip(&c, "off-node", 2 * MIB).await;
+    round_trip(&c, "off-node", len).await;
     assert_eq!(info_field(&c, "stats", "cma_enabled").await, 0);
     assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
 
     let node = Node::start(&[]);
     let c = node.network_client().await;
-    round_trip(&c, "off-client", 2 * MIB).await;
+    round_trip(&c, "off-client", len).await;
     assert_eq!(info_field(&c, "stats", "cma_sessions").await, 0);
     assert!(info_field(&c, "stats", "data_reads_served").await >= 1);
 }
