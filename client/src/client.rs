@@ -48,14 +48,12 @@ impl Client {
 
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
-    pub async fn connect_with(mut cfg: ClientConfig) -> Result<Self> {
-        // From here on the config holds the name to set, or `None` for the
-        // host's default.
-        cfg.tcp_congestion = strata_rdma::sockopt::resolve(cfg.tcp_congestion.as_deref())
+    pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
+        let congestion = strata_rdma::sockopt::resolve(cfg.tcp_congestion.as_deref())
             .map_err(|e| Error::Io(std::io::Error::other(format!("tcp_congestion: {e}"))))?;
         let listen = Listen {
             advertise_host: cfg.data_advertise.clone(),
-            tcp_congestion: cfg.tcp_congestion.clone(),
+            tcp_congestion: congestion.clone(),
         };
         let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, listen)
             .await
@@ -66,7 +64,14 @@ impl Client {
                 other => Error::Io(std::io::Error::other(other.to_string())),
             })?;
         let transport = Arc::new(transport);
-        let router = Router::connect(cfg.clone()).await?;
+        // The router's copy holds the resolved control: the name to set on
+        // each connection, or `None` for the host's default. `config()`
+        // keeps the caller's setting.
+        let router = Router::connect(ClientConfig {
+            tcp_congestion: congestion,
+            ..cfg.clone()
+        })
+        .await?;
         let health = router.spawn_health_check();
         Ok(Self {
             cfg,

@@ -56,8 +56,7 @@ fn auto() -> Option<String> {
     static CHOICE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     CHOICE
         .get_or_init(|| {
-            let host = std::fs::read_to_string(HOST_DEFAULT).unwrap_or_default();
-            if !host.trim().starts_with("bbr") {
+            if !host_default().starts_with("bbr") {
                 return None;
             }
             INSTEAD_OF_BBR
@@ -68,7 +67,7 @@ fn auto() -> Option<String> {
         .clone()
 }
 
-/// The host's default congestion control, for logs.
+/// The host's default congestion control (`?` where it cannot be read).
 pub fn host_default() -> String {
     std::fs::read_to_string(HOST_DEFAULT)
         .map(|s| s.trim().to_owned())

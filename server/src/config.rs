@@ -955,7 +955,7 @@ impl Config {
     }
 
     /// The congestion control to set on strata's sockets; `None` keeps the
-    /// host's default.
+    /// host's default. Resolved once, at start (`Node::tcp_congestion`).
     pub fn tcp_congestion(&self) -> Option<String> {
         // The setting was checked when it was parsed, and `auto` and `host`
         // cannot fail: an error here means the kernel changed under us,

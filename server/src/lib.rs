@@ -57,8 +57,8 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         data = %node.transport.endpoint(),
         pool_bytes = node.cfg.cpu_memory_pool_size,
         tcp_congestion = %node
-            .cfg
-            .tcp_congestion()
+            .tcp_congestion
+            .clone()
             .unwrap_or_else(|| format!("{} (host)", strata_rdma::sockopt::host_default())),
         "strata-server ready"
     );

@@ -27,8 +27,8 @@ pub async fn bind(node: &Node) -> anyhow::Result<TcpListener> {
     }?;
     sock.set_reuseaddr(true)?;
     // Accepted connections take the listener's congestion control.
-    if let Some(name) = node.cfg.tcp_congestion() {
-        strata_rdma::sockopt::set_congestion(&sock, &name)
+    if let Some(name) = &node.tcp_congestion {
+        strata_rdma::sockopt::set_congestion(&sock, name)
             .with_context(|| format!("tcp_congestion {name:?}"))?;
     }
     sock.bind(addr)

@@ -41,6 +41,9 @@ pub struct Node {
     /// The data plane (TCP or RDMA, from `protocol`): serves reads of the
     /// arena, pulls PUT payloads.
     pub transport: Arc<DataPlane>,
+    /// `tcp_congestion` as resolved for this host at start: the control
+    /// set on every socket of the node, or `None` for the host's default.
+    pub tcp_congestion: Option<String>,
     /// Cross-memory attach for same-host clients (`cma: auto`).
     pub cma: Option<Arc<crate::cma::Cma>>,
     pub leases: Arc<Leases>,
@@ -113,12 +116,13 @@ impl Node {
             max_request_len: cfg.max_request_size,
             ..Limits::default()
         };
+        let tcp_congestion = cfg.tcp_congestion();
         let data_addr = std::net::SocketAddr::new(cfg.bind, cfg.data_port);
         // Descriptors name `advertise_host`, not the bind address: peers
         // cannot dial 0.0.0.0.
         let listen = strata_rdma::Listen {
             advertise_host: Some(cfg.advertise_host.clone()),
-            tcp_congestion: cfg.tcp_congestion(),
+            tcp_congestion: tcp_congestion.clone(),
         };
         let transport = DataPlane::start(data_addr, &cfg.data_protocol(), listen)
             .await
@@ -153,7 +157,7 @@ impl Node {
         me.process = cma.as_ref().map(|c| c.record());
         let cluster = Cluster::new(me, cfg.standalone());
         Ok(Node {
-            peers: Peers::new(cfg.requirepass.clone(), cfg.tcp_congestion()),
+            peers: Peers::new(cfg.requirepass.clone(), tcp_congestion.clone()),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
             request_budget: Arc::new(Semaphore::new(
@@ -172,6 +176,7 @@ impl Node {
             spill: lower.as_ref().map(|l| l.spill.clone()),
             lower,
             transport,
+            tcp_congestion,
             cma,
             leases,
             cfg,
