@@ -122,6 +122,10 @@ const KEYS: &[(&str, &str)] = &[
         "threads of the node's async runtime (0 = one per CPU core)",
     ),
     (
+        "busy_poll_us",
+        "µs a connection polls its socket for the next request before it sleeps (0 = off); keeps a core busy while requests come",
+    ),
+    (
         "notify_keyspace_events",
         "keyspace notifications to publish, Redis' flags (e.g. KEA; empty = none; CONFIG SET notify-keyspace-events changes it live)",
     ),
@@ -258,6 +262,9 @@ pub struct Cli {
     /// Threads of the async runtime; 0 = one per CPU core [default: 0].
     #[arg(long, env = "STRATA_WORKER_THREADS")]
     worker_threads: Option<String>,
+    /// µs a connection polls for its next request before sleeping; 0 = off [default: 0].
+    #[arg(long, env = "STRATA_BUSY_POLL_US")]
+    busy_poll_us: Option<String>,
     /// Keyspace notifications, Redis' flags (e.g. KEA) [default: none].
     #[arg(long, env = "STRATA_NOTIFY_KEYSPACE_EVENTS")]
     notify_keyspace_events: Option<String>,
@@ -315,6 +322,7 @@ impl Cli {
             ("cma_lanes", self.cma_lanes.as_ref()),
             ("tcp_congestion", self.tcp_congestion.as_ref()),
             ("worker_threads", self.worker_threads.as_ref()),
+            ("busy_poll_us", self.busy_poll_us.as_ref()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.as_ref(),
@@ -389,6 +397,8 @@ pub struct Config {
     pub tcp_congestion: String,
     /// Async runtime threads; 0: one per CPU core.
     pub worker_threads: u32,
+    /// See `crate::busy_poll`; 0: off.
+    pub busy_poll_us: u32,
     /// Keyspace notification flags at start, normalized (`CONFIG SET`
     /// changes the live ones, in `Node::pubsub`).
     pub notify_keyspace_events: String,
@@ -470,6 +480,7 @@ impl Default for Config {
             cma_lanes: strata_rdma::cma::DEFAULT_LANES as u32,
             tcp_congestion: strata_rdma::sockopt::AUTO.into(),
             worker_threads: 0,
+            busy_poll_us: 0,
             notify_keyspace_events: String::new(),
             pubsub_output_buffer_limit: 32 * MIB,
             log_level: "info".into(),
@@ -784,6 +795,9 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             };
         }
         "worker_threads" => cfg.worker_threads = int_in(v, 0, WORKER_THREADS_MAX)? as u32,
+        "busy_poll_us" => {
+            cfg.busy_poll_us = int_in(v, 0, crate::busy_poll::BUSY_POLL_US_MAX)? as u32
+        }
         "notify_keyspace_events" => {
             cfg.notify_keyspace_events = crate::pubsub::keyspace::Flags::parse(v)?.to_string()
         }
@@ -904,6 +918,7 @@ impl Config {
             ("cma_lanes", self.cma_lanes.to_string()),
             ("tcp_congestion", self.tcp_congestion.clone()),
             ("worker_threads", self.worker_threads.to_string()),
+            ("busy_poll_us", self.busy_poll_us.to_string()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.clone(),

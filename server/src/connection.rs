@@ -225,7 +225,7 @@ impl Conn<'_> {
             self.rbuf.reserve(self.read_room);
             let offered = self.rbuf.capacity() - self.rbuf.len();
             let n = match self.session.mailbox() {
-                None => self.sock.read_buf(&mut self.rbuf).await?,
+                None => self.read_next().await?,
                 Some(mb) => {
                     // read_buf is cancel safe: a message wakes the
                     // connection without losing request bytes.
@@ -260,6 +260,37 @@ impl Conn<'_> {
                 .net_input_bytes_total
                 .fetch_add(n as u64, Relaxed);
         }
+    }
+
+    /// Reads what the client sent next, first polling for it for up to
+    /// `busy_poll_us` when busy polling is on and a slot is free (see
+    /// `crate::busy_poll`). Subscribers never spin: they wait on their
+    /// mailbox too, and their requests are rare.
+    async fn read_next(&mut self) -> std::io::Result<usize> {
+        if let Some(slot) = self.node.busy_poll.slot() {
+            let start = std::time::Instant::now();
+            loop {
+                // Reads only when the runtime's last poll of its I/O
+                // driver saw the socket readable: no syscall per turn.
+                match self.sock.try_read_buf(&mut self.rbuf) {
+                    Ok(n) => {
+                        let c = &self.node.metrics.counters;
+                        c.busy_poll_hits_total.fetch_add(1, Relaxed);
+                        return Ok(n);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if start.elapsed() >= self.node.busy_poll.spin() {
+                    let c = &self.node.metrics.counters;
+                    c.busy_poll_misses_total.fetch_add(1, Relaxed);
+                    drop(slot);
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        self.sock.read_buf(&mut self.rbuf).await
     }
 
     /// When the request arriving is `SET key value ...` and most of a large

@@ -7,6 +7,7 @@
 //! requests and writes replies, `cmd/` has one file per command, `node`
 //! holds what all connections share, `metrics` and `http` export figures.
 
+pub mod busy_poll;
 pub mod clock;
 pub mod cluster;
 pub mod cma;
@@ -60,6 +61,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
             .tcp_congestion
             .clone()
             .unwrap_or_else(|| format!("{} (host)", strata_rdma::sockopt::host_default())),
+        busy_poll_us = node.cfg.busy_poll_us,
         "strata-server ready"
     );
     node.spawn_event_publisher();

@@ -52,6 +52,8 @@ pub struct Node {
     /// RESP connections to other nodes.
     pub peers: Peers,
     pub metrics: Metrics,
+    /// Busy polling of client connections (`busy_poll_us`).
+    pub busy_poll: crate::busy_poll::BusyPoll,
     /// Pub/sub channels and keyspace notifications.
     pub pubsub: crate::pubsub::Hub,
     /// Framing limits derived from the config.
@@ -164,6 +166,10 @@ impl Node {
                 (cfg.max_buffered_requests_size / 1024) as usize,
             )),
             metrics: Metrics::new(commands),
+            busy_poll: crate::busy_poll::BusyPoll::new(
+                cfg.busy_poll_us.into(),
+                runtime_threads(cfg.worker_threads),
+            ),
             pubsub: crate::pubsub::Hub::new(
                 cfg.pubsub_output_buffer_limit,
                 crate::pubsub::keyspace::Flags::parse(&cfg.notify_keyspace_events)
@@ -330,4 +336,13 @@ fn join_host_port(host: &str, port: u16) -> String {
 /// (a restart takes far longer than a millisecond).
 fn incarnation() -> u64 {
     now_ms()
+}
+
+/// Threads of the runtime `main` builds for `worker_threads` (tokio's
+/// default is one per core).
+fn runtime_threads(worker_threads: u32) -> usize {
+    match worker_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    }
 }

@@ -73,6 +73,10 @@ fn bad_flags_are_refused_naming_key_and_range() {
             "worker_threads: 5000 is out of range (allowed 0 ..= 1024)",
         ),
         (
+            ["--busy-poll-us", "5000"],
+            "busy_poll_us: 5000 is out of range (allowed 0 ..= 1000)",
+        ),
+        (
             ["--cma-lanes", "0"],
             "cma_lanes: 0 is out of range (allowed 1 ..= 16)",
         ),

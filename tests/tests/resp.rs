@@ -236,6 +236,51 @@ fn commands_are_counted_by_name() {
     );
 }
 
+/// With `busy_poll_us`, a connection whose next request comes within the
+/// window finds it while polling (a hit), and one that waits longer sleeps
+/// after the window (a miss); both still get every reply right. Off by
+/// default: no connection polls.
+#[test]
+fn busy_polling_finds_close_requests_and_sleeps_after_the_window() {
+    let off = Server::start(&[]);
+    let mut con = off.client(false);
+    for i in 0..50 {
+        set(&mut con, format!("bp-{i}").as_bytes(), b"v");
+    }
+    assert_eq!(off.metric("strata_busy_poll_hits_total"), 0.0);
+    assert_eq!(off.metric("strata_busy_poll_misses_total"), 0.0);
+
+    let server = Server::start(&["--busy-poll-us", "1000"]);
+    let mut con = server.client(false);
+    for i in 0..200u32 {
+        let key = format!("bp-{i}");
+        let value = pattern(4096 + i as usize, i as u8);
+        set(&mut con, key.as_bytes(), &value);
+        assert_eq!(get(&mut con, key.as_bytes()), Some(value));
+    }
+    // 400 requests back to back: most are found while polling, but a
+    // loaded test machine may let any gap pass the 1 ms window, so only
+    // "some" is certain.
+    let hits = server.metric("strata_busy_poll_hits_total");
+    assert!(hits > 0.0, "no request of 400 was found while polling");
+    // Once the client is quiet, each poll runs out within the window and
+    // the connection sleeps: a miss, after the last reply and again after
+    // one more request.
+    let misses = || server.metric("strata_busy_poll_misses_total");
+    assert!(
+        wait_until(within(Duration::from_secs(5)), || misses() > 0.0),
+        "the poll after the last reply never ended"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let before = misses();
+    assert_eq!(get(&mut con, b"bp-0"), Some(pattern(4096, 0)));
+    assert!(
+        wait_until(within(Duration::from_secs(5)), || misses() > before),
+        "the poll after one more request never ended"
+    );
+    assert!(server.info_field("busy_poll_hits") as f64 >= hits);
+}
+
 #[test]
 fn hello_3_describes_strata() {
     each_protocol(|con, _| {

@@ -150,6 +150,12 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 }
                 None => line(out, "cma_enabled", 0),
             }
+            line(out, "busy_poll_hits", c.busy_poll_hits_total.load(Relaxed));
+            line(
+                out,
+                "busy_poll_misses",
+                c.busy_poll_misses_total.load(Relaxed),
+            );
             let nvme_hits = c.nvme_hits_total.load(Relaxed);
             line(out, "keyspace_hits_gpu", s.gpu.hits);
             line(out, "keyspace_hits_nvme", nvme_hits);

@@ -85,6 +85,10 @@ pub struct Counters {
     pub repair_runs_total: AtomicU64,
     /// Reads whose value was brought back from NVMe to serve them.
     pub nvme_hits_total: AtomicU64,
+    /// Busy polls (`busy_poll_us`) that found the next request, and those
+    /// that ran out and slept.
+    pub busy_poll_hits_total: AtomicU64,
+    pub busy_poll_misses_total: AtomicU64,
 }
 
 /// Handles for figures copied from the atomics at scrape time.
@@ -107,6 +111,8 @@ struct Exported {
     hits_total: Counter,
     gpu_hits_total: Counter,
     nvme_hits_total: Counter,
+    busy_poll_hits_total: Counter,
+    busy_poll_misses_total: Counter,
     misses_total: Counter,
     evictions_total: Counter,
     evicted_bytes_total: Counter,
@@ -514,6 +520,16 @@ impl Metrics {
                 &Key::from_parts("strata_hits_total", vec![Label::new("tier", "nvme")]),
                 &META,
             ),
+            busy_poll_hits_total: counter(
+                "strata_busy_poll_hits_total",
+                Unit::Count,
+                "Busy polls of a client connection (busy_poll_us) that found its next request without sleeping.",
+            ),
+            busy_poll_misses_total: counter(
+                "strata_busy_poll_misses_total",
+                Unit::Count,
+                "Busy polls of a client connection (busy_poll_us) that ran out and slept.",
+            ),
             misses_total: counter(
                 "strata_misses_total",
                 Unit::Count,
@@ -738,6 +754,10 @@ impl Metrics {
         e.reserved_bytes.set(s.reserved_bytes as f64);
         e.value_bytes.set(s.value_bytes as f64);
         let nvme_hits = c.nvme_hits_total.load(Relaxed);
+        e.busy_poll_hits_total
+            .absolute(c.busy_poll_hits_total.load(Relaxed));
+        e.busy_poll_misses_total
+            .absolute(c.busy_poll_misses_total.load(Relaxed));
         // A read served from NVMe or the GPU is counted once, there.
         e.hits_total
             .absolute(s.hits.saturating_sub(s.gpu.hits + nvme_hits));
