@@ -195,6 +195,10 @@ struct Args {
     /// pulled by the node over the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_PUT_MAX as usize)]
     inline_put_max: usize,
+    /// µs each exchange with a node polls for its reply before the task
+    /// sleeps (the client's `spin_us`, at most 1000; 0: off).
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
     /// Congestion control of this client's sockets: auto, host, or a name
     /// such as cubic (the client's `tcp_congestion`; default: auto).
     #[arg(long)]
@@ -395,6 +399,7 @@ fn new_plan(
     client.split_get_min = args.split_get_min as u64;
     client.inline_put_max = args.inline_put_max as u64;
     client.tcp_congestion = args.tcp_congestion.clone();
+    client.spin_us = args.spin_us;
     Plan {
         client,
         api,

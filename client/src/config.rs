@@ -84,6 +84,14 @@ pub struct ClientConfig {
     /// BBR; any other host default kept), `host`, or a name such as
     /// `cubic`. Checked at connect. See `strata_rdma::sockopt` for why.
     pub tcp_congestion: Option<String>,
+    /// Each exchange with a node polls its sockets for the reply for up
+    /// to this long before the calling task sleeps (at most [`SPIN_MAX`];
+    /// at most a quarter of the cores spin at once per process). 0: off.
+    /// Pays where waking an idle CPU is slow and a core is free; costs
+    /// where the cores are busy (docs/BENCHMARKS.md §2i, §5).
+    ///
+    /// [`SPIN_MAX`]: crate::SPIN_MAX
+    pub spin_us: u64,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
@@ -143,6 +151,7 @@ impl ClientConfig {
             split_get_min: DEFAULT_SPLIT_GET_MIN,
             inline_put_max: DEFAULT_INLINE_PUT_MAX,
             tcp_congestion: None,
+            spin_us: 0,
         }
     }
 }

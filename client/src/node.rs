@@ -53,6 +53,8 @@ pub(crate) struct Node {
     cma_logged: AtomicBool,
     /// Congestion control of the command connection (`None`: the host's).
     tcp_congestion: Option<String>,
+    /// `ClientConfig::spin_us`.
+    spin: Duration,
 }
 
 impl Node {
@@ -62,6 +64,7 @@ impl Node {
         connect_timeout: Duration,
         cma_local: Option<Arc<Local>>,
         tcp_congestion: Option<String>,
+        spin: Duration,
     ) -> Self {
         Self {
             addr: addr.to_owned(),
@@ -75,6 +78,7 @@ impl Node {
             cma_put_refused: AtomicBool::new(false),
             cma_logged: AtomicBool::new(false),
             tcp_congestion,
+            spin,
         }
     }
 
@@ -213,18 +217,21 @@ impl Node {
                 slot.as_mut().expect("just inserted")
             }
         };
-        let outcome = async {
-            conn.send(commands).await?;
-            let mut replies = Vec::with_capacity(commands.len());
-            for k in 0..commands.len() {
-                let sink = sinks.get(k).copied().flatten();
-                match conn.recv_into(sink).await {
-                    Err(e) if e.breaks_connection() => return Err(e),
-                    reply => replies.push(reply),
+        let outcome = crate::spin::spun(
+            async {
+                conn.send(commands).await?;
+                let mut replies = Vec::with_capacity(commands.len());
+                for k in 0..commands.len() {
+                    let sink = sinks.get(k).copied().flatten();
+                    match conn.recv_into(sink).await {
+                        Err(e) if e.breaks_connection() => return Err(e),
+                        reply => replies.push(reply),
+                    }
                 }
-            }
-            Ok(replies)
-        }
+                Ok(replies)
+            },
+            self.spin,
+        )
         .await;
         if outcome.is_err() {
             *slot = None;

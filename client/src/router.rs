@@ -155,6 +155,7 @@ impl Router {
             connect_timeout,
             self.cma.clone(),
             self.cfg.tcp_congestion.clone(),
+            std::time::Duration::from_micros(self.cfg.spin_us),
         ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node

@@ -103,3 +103,63 @@ async fn set_many_and_get_many_inline_answer_per_item() {
         }
     }
 }
+
+/// `spin_us`: calls from many tasks, some spinning and the rest sleeping
+/// (at most a quarter of the cores spin at once), on both runtimes, all
+/// get their own values back; out of range is refused at connect. Node
+/// side polling on too (`busy_poll_us`), as a deployment tuned for
+/// latency would run both.
+#[test]
+fn spinning_calls_get_their_replies_on_either_runtime() {
+    let node = Node::start(&["--busy-poll-us", "200"]);
+    for flavor in ["current_thread", "multi_thread"] {
+        let rt = match flavor {
+            "current_thread" => tokio::runtime::Builder::new_current_thread(),
+            _ => tokio::runtime::Builder::new_multi_thread(),
+        }
+        .enable_all()
+        .build()
+        .expect("runtime");
+        rt.block_on(async {
+            let cfg = strata_client::ClientConfig {
+                spin_us: 1000,
+                ..strata_client::ClientConfig::new(node.addr())
+            };
+            let c = std::sync::Arc::new(
+                strata_client::Client::connect_with(cfg)
+                    .await
+                    .expect("connect"),
+            );
+            let tasks: Vec<_> = (0..8)
+                .map(|t| {
+                    let c = c.clone();
+                    tokio::spawn(async move {
+                        for i in 0..50 {
+                            let key = format!("{flavor}-{t}-{i}");
+                            let value = pattern(key.as_bytes(), 4096 + t * 100 + i);
+                            c.set(key.as_bytes(), &value).await.expect("set");
+                            let got = c.get(key.as_bytes()).await.expect("get");
+                            assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("task");
+            }
+            let bad = strata_client::ClientConfig {
+                spin_us: 1001,
+                ..strata_client::ClientConfig::new(node.addr())
+            };
+            let err = strata_client::Client::connect_with(bad)
+                .await
+                .err()
+                .expect("refused");
+            assert!(
+                err.to_string()
+                    .contains("spin_us 1001 is out of range (allowed 0 ..= 1000)"),
+                "{err}"
+            );
+        });
+    }
+}

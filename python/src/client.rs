@@ -129,12 +129,14 @@ impl NativeClient {
         cfg.inline_put_max = inline_put_max;
         cfg.split_get_min = split_get_min;
         cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());
-        let spin = Duration::from_micros(spin_us);
-        if spin > crate::driver::SPIN_MAX {
-            let max = crate::driver::SPIN_MAX.as_micros();
+        let max = strata_client::SPIN_MAX.as_micros() as u64;
+        if spin_us > max {
             return Err(invalid(format!("spin_us must be in 0..={max}")));
         }
-        let rt = Driver::new(threads, spin).map_err(|e| to_pyerr(Error::Io(e)))?;
+        // Worker threads poll the sockets themselves: a spinning caller
+        // would only take a core from them.
+        cfg.spin_us = if threads == 0 { spin_us } else { 0 };
+        let rt = Driver::new(threads).map_err(|e| to_pyerr(Error::Io(e)))?;
         let client = py
             .allow_threads(|| rt.block_on(Client::connect_with(cfg)))
             .map_err(to_pyerr)?;

@@ -19,9 +19,9 @@
 //! drives the runtime, the others run their own futures on their own
 //! threads and are woken by it (tokio's current-thread `block_on`).
 //!
-//! `spin` (opt-in, `threads = 0` only): a call first polls its sockets for
-//! up to that long without sleeping; see [`spin_then_wait`] and
-//! [`SpinSlot`].
+//! `spin_us` (opt-in, `threads = 0` only) is the client's own
+//! (`ClientConfig::spin_us`): each exchange with a node polls its sockets
+//! before the calling thread sleeps.
 //!
 //! `threads >= 1`: a multi-thread runtime with that many workers; the
 //! caller still runs its future itself (`block_on`), and the workers poll
@@ -29,10 +29,8 @@
 //! PUT payloads, in parallel).
 
 use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::task::Poll;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -44,13 +42,8 @@ use tokio::sync::Notify;
 /// hands it over, short enough that a health check is at most this late.
 pub(crate) const IDLE_GRACE: Duration = Duration::from_millis(5);
 
-/// Most a call may spin before it sleeps (`spin_us`).
-pub(crate) const SPIN_MAX: Duration = Duration::from_millis(1);
-
 pub(crate) struct Driver {
     rt: Arc<Runtime>,
-    /// How long a call polls its sockets without sleeping (`threads == 0`).
-    spin: Duration,
     /// `None` with worker threads (they drive the runtime).
     idle: Option<Idle>,
 }
@@ -95,10 +88,9 @@ impl Drop for Running<'_> {
 }
 
 impl Driver {
-    /// `threads == 0`: the callers drive the runtime, each first spinning
-    /// for up to `spin` (see [`spin_then_wait`]); otherwise that many
-    /// worker threads do and `spin` is ignored.
-    pub(crate) fn new(threads: usize, spin: Duration) -> std::io::Result<Self> {
+    /// `threads == 0`: the callers drive the runtime; otherwise that many
+    /// worker threads do.
+    pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
         if threads > 0 {
             let rt = Builder::new_multi_thread()
                 .worker_threads(threads)
@@ -107,7 +99,6 @@ impl Driver {
                 .build()?;
             return Ok(Self {
                 rt: Arc::new(rt),
-                spin: Duration::ZERO,
                 idle: None,
             });
         }
@@ -129,7 +120,6 @@ impl Driver {
             })?;
         Ok(Self {
             rt,
-            spin: spin.min(SPIN_MAX),
             idle: Some(Idle {
                 shared,
                 thread: Some(thread),
@@ -148,10 +138,7 @@ impl Driver {
         // Stores a permit if the idle thread is not in `block_on`, so that
         // one about to enter it leaves at once.
         s.wanted.notify_one();
-        match SpinSlot::take(self.spin) {
-            None => self.rt.block_on(f),
-            Some(slot) => self.rt.block_on(spin_then_wait(f, self.spin, slot)),
-        }
+        self.rt.block_on(f)
     }
 
     /// Stops the idle thread and hands back the runtime, for shutdown.
@@ -178,62 +165,6 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         self.stop_idle();
-    }
-}
-
-/// Polls `f` and the sockets without sleeping for up to `spin`, then
-/// waits as usual. Each turn yields to the runtime, which then polls its
-/// I/O driver with a zero timeout (tokio runs yielded tasks only after
-/// that poll), so a reply is seen within a syscall of its arrival and the
-/// thread never pays a sleep and a wake-up for it.
-async fn spin_then_wait<F: Future>(f: F, spin: Duration, slot: SpinSlot) -> F::Output {
-    let mut f = pin!(f);
-    let start = Instant::now();
-    loop {
-        let once = std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await;
-        if let Poll::Ready(v) = once {
-            return v;
-        }
-        if start.elapsed() >= spin {
-            drop(slot);
-            return f.await;
-        }
-        tokio::task::yield_now().await;
-    }
-}
-
-/// Calls spinning now, in this process (all clients).
-static SPINNING: AtomicUsize = AtomicUsize::new(0);
-
-/// A right to spin: at most a quarter of the cores (at least one) spin at
-/// once in a process, so spinning callers never take the cores that the
-/// node or the other callers need. Measured here (2 vCPUs, node on the
-/// same host, docs/BENCHMARKS.md §5): four callers spinning 50 us each
-/// cut 4 KiB GETs to half the sleeping callers' rate, and even one of the
-/// four spinning cost a quarter; one caller alone ran 1.3-1.45x faster.
-struct SpinSlot;
-
-impl SpinSlot {
-    fn take(spin: Duration) -> Option<Self> {
-        if spin.is_zero() {
-            return None;
-        }
-        static CAP: OnceLock<usize> = OnceLock::new();
-        let cap = *CAP.get_or_init(|| {
-            std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).max(1))
-        });
-        let taken = SPINNING.fetch_add(1, Ordering::AcqRel);
-        if taken >= cap {
-            SPINNING.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Self)
-    }
-}
-
-impl Drop for SpinSlot {
-    fn drop(&mut self) {
-        SPINNING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
