@@ -37,13 +37,25 @@ async fn reconnects_after_the_node_restarts() {
 async fn concurrent_tasks_share_one_client() {
     let node = Node::start(&[]);
     let c = std::sync::Arc::new(node.client().await);
-    let tasks: Vec<_> = (0..16)
+    tasks_set_and_get(&c, "t", 16, 20, 1000).await;
+}
+
+/// `tasks` tasks each SET and GET back `rounds` values of their own
+/// (about `len` bytes) through the shared client `c`.
+async fn tasks_set_and_get(
+    c: &std::sync::Arc<strata_client::Client>,
+    prefix: &'static str,
+    tasks: usize,
+    rounds: usize,
+    len: usize,
+) {
+    let tasks: Vec<_> = (0..tasks)
         .map(|t| {
             let c = c.clone();
             tokio::spawn(async move {
-                for i in 0..20 {
-                    let key = format!("t{t}-{i}");
-                    let value = pattern(key.as_bytes(), 1000 + t * 10 + i);
+                for i in 0..rounds {
+                    let key = format!("{prefix}{t}-{i}");
+                    let value = pattern(key.as_bytes(), len + t * 10 + i);
                     c.set(key.as_bytes(), &value).await.expect("set");
                     let got = c.get(key.as_bytes()).await.expect("get");
                     assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
@@ -130,23 +142,7 @@ fn spinning_calls_get_their_replies_on_either_runtime() {
                     .await
                     .expect("connect"),
             );
-            let tasks: Vec<_> = (0..8)
-                .map(|t| {
-                    let c = c.clone();
-                    tokio::spawn(async move {
-                        for i in 0..50 {
-                            let key = format!("{flavor}-{t}-{i}");
-                            let value = pattern(key.as_bytes(), 4096 + t * 100 + i);
-                            c.set(key.as_bytes(), &value).await.expect("set");
-                            let got = c.get(key.as_bytes()).await.expect("get");
-                            assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.expect("task");
-            }
+            tasks_set_and_get(&c, flavor, 8, 50, 4096).await;
             let bad = strata_client::ClientConfig {
                 spin_us: 1001,
                 ..strata_client::ClientConfig::new(node.addr())
