@@ -18,6 +18,7 @@ pub mod faulty;
 pub mod handshake;
 mod region;
 pub mod sockopt;
+pub mod spin;
 pub mod tcp;
 mod transport;
 #[cfg(feature = "rdma")]

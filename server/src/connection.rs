@@ -267,30 +267,17 @@ impl Conn<'_> {
     /// `crate::busy_poll`). Subscribers never spin: they wait on their
     /// mailbox too, and their requests are rare.
     async fn read_next(&mut self) -> std::io::Result<usize> {
-        if let Some(slot) = self.node.busy_poll.slot() {
-            let start = std::time::Instant::now();
-            loop {
-                // Reads only when the runtime's last poll of its I/O
-                // driver saw the socket readable: no syscall per turn.
-                match self.sock.try_read_buf(&mut self.rbuf) {
-                    Ok(n) => {
-                        let c = &self.node.metrics.counters;
-                        c.busy_poll_hits_total.fetch_add(1, Relaxed);
-                        return Ok(n);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                if start.elapsed() >= self.node.busy_poll.spin() {
-                    let c = &self.node.metrics.counters;
-                    c.busy_poll_misses_total.fetch_add(1, Relaxed);
-                    drop(slot);
-                    break;
-                }
-                tokio::task::yield_now().await;
-            }
+        let spin = std::time::Duration::from_micros(self.node.cfg.busy_poll_us.into());
+        let c = &self.node.metrics.counters;
+        let read = self.sock.read_buf(&mut self.rbuf);
+        let ran_out = || {
+            c.busy_poll_misses_total.fetch_add(1, Relaxed);
+        };
+        let (n, found) = self.node.busy_poll.run(read, spin, ran_out).await;
+        if found && n.is_ok() {
+            c.busy_poll_hits_total.fetch_add(1, Relaxed);
         }
-        self.sock.read_buf(&mut self.rbuf).await
+        n
     }
 
     /// When the request arriving is `SET key value ...` and most of a large

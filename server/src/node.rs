@@ -53,7 +53,7 @@ pub struct Node {
     pub peers: Peers,
     pub metrics: Metrics,
     /// Busy polling of client connections (`busy_poll_us`).
-    pub busy_poll: crate::busy_poll::BusyPoll,
+    pub busy_poll: strata_rdma::spin::Spinner,
     /// Pub/sub channels and keyspace notifications.
     pub pubsub: crate::pubsub::Hub,
     /// Framing limits derived from the config.
@@ -166,10 +166,7 @@ impl Node {
                 (cfg.max_buffered_requests_size / 1024) as usize,
             )),
             metrics: Metrics::new(commands),
-            busy_poll: crate::busy_poll::BusyPoll::new(
-                cfg.busy_poll_us.into(),
-                runtime_threads(cfg.worker_threads),
-            ),
+            busy_poll: strata_rdma::spin::Spinner::quarter_of(runtime_threads(cfg.worker_threads)),
             pubsub: crate::pubsub::Hub::new(
                 cfg.pubsub_output_buffer_limit,
                 crate::pubsub::keyspace::Flags::parse(&cfg.notify_keyspace_events)
