@@ -195,8 +195,9 @@ struct Args {
     /// pulled by the node over the data plane).
     #[arg(long, value_parser = parse_size, default_value_t = strata_client::DEFAULT_INLINE_PUT_MAX as usize)]
     inline_put_max: usize,
-    /// µs each exchange with a node polls for its reply before the task
-    /// sleeps (the client's `spin_us`, at most 1000; 0: off).
+    /// µs with nothing arriving after which an exchange with a node stops
+    /// polling for its reply and sleeps (the client's `spin_us`, at most
+    /// 1000; 0: off).
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
     /// Congestion control of this client's sockets: auto, host, or a name

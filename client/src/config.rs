@@ -84,9 +84,11 @@ pub struct ClientConfig {
     /// BBR; any other host default kept), `host`, or a name such as
     /// `cubic`. Checked at connect. See `strata_rdma::sockopt` for why.
     pub tcp_congestion: Option<String>,
-    /// Each exchange with a node polls its sockets for the reply for up
-    /// to this long before the calling task sleeps (at most [`SPIN_MAX`];
-    /// at most a quarter of the cores spin at once per process). 0: off.
+    /// Each exchange with a node polls its sockets for the reply instead
+    /// of sleeping, until this long passes with nothing arriving (at most
+    /// [`SPIN_MAX`]; a long reply keeps it spinning for up to 64 times
+    /// this in all; at most a quarter of the cores spin at once per
+    /// process). 0: off.
     /// Pays where waking an idle CPU is slow and a core is free; costs
     /// where the cores are busy (docs/BENCHMARKS.md §2i, §5).
     ///

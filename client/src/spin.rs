@@ -1,6 +1,6 @@
 //! Opt-in polling for a reply before sleeping (`ClientConfig::spin_us`):
-//! each exchange with a node polls its sockets for up to that long before
-//! the task sleeps (see `strata_rdma::spin`). The node's side of the same
+//! each exchange with a node polls its sockets instead of sleeping until
+//! that long passes with nothing arriving (see `strata_rdma::spin`). The node's side of the same
 //! wait is its `busy_poll_us`.
 
 use std::future::Future;
@@ -12,8 +12,9 @@ use strata_rdma::spin::Spinner;
 /// Most a call may spin (`spin_us` ≤ 1000).
 pub const SPIN_MAX: Duration = Duration::from_millis(1);
 
-/// Runs `f`, spinning for up to `spin` first when a quarter of the cores
-/// (shared by every client of this process) are not spinning already.
+/// Runs `f`, spinning while it keeps being woken within `spin` when a
+/// quarter of the cores (shared by every client of this process) are not
+/// spinning already.
 pub(crate) async fn spun<F: Future>(f: F, spin: Duration) -> F::Output {
     static SPINNER: OnceLock<Spinner> = OnceLock::new();
     let spinner = SPINNER.get_or_init(|| {

@@ -42,9 +42,10 @@ class ClientConfig:
     least this size (up to ``inline_get_max_bytes``) asks for the value's
     two halves at once on two connections, and checks both are of one
     write; 0 (default): never (1 MiB helped under BBR).
-    ``spin_us``: with ``threads=0``, a call polls its sockets this long
-    (at most 1000 us) before it sleeps, so a quick reply costs no sleep and
-    wake-up; at most a quarter of the cores spin at once per process; 0
+    ``spin_us``: with ``threads=0``, a call polls its sockets instead of
+    sleeping until this long (at most 1000 us) passes with nothing
+    arriving (64 times this in all at most), so a quick reply, or a long
+    one arriving in bursts, costs no sleep and wake-up; at most a quarter of the cores spin at once per process; 0
     (default): never. Worth it only with idle cores (one caller per host).
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA

@@ -9,9 +9,15 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Poll;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+
+/// Bounds one spin in all, as a multiple of its idle window: a reply that
+/// trickles in forever must not hold a core forever. At the largest window
+/// (1 ms) that is 64 ms, longer than a 64 MiB transfer over loopback here.
+pub const SPIN_TURNS_MAX: u32 = 64;
 
 /// Lets at most `cap` futures spin at once: each spinning one can keep a
 /// thread from sleeping, and the rest of the work needs the other cores.
@@ -37,14 +43,23 @@ impl Spinner {
         self.cap
     }
 
-    /// Runs `f`, first polling it without sleeping for up to `spin` if
-    /// fewer than `cap` futures spin now (0: never). Each turn yields to
-    /// the runtime, which then polls its I/O driver with a zero timeout
+    /// Runs `f`, first polling it without sleeping while fewer than `cap`
+    /// futures spin now and `f` keeps being woken: the spin ends once
+    /// `spin` has passed with no wake-up (0: never spin), or after
+    /// [`SPIN_TURNS_MAX`] × `spin` in all. Each turn yields to the
+    /// runtime, which then polls its I/O driver with a zero timeout
     /// (tokio runs yielded tasks only after that poll), so readiness is
     /// seen within a syscall of its arrival and the thread never pays a
-    /// sleep and a wake-up for it. `ran_out` runs when the spin ends with
-    /// `f` still pending, before `f` is awaited as usual. Also returns
-    /// whether `f` finished while spinning.
+    /// sleep and a wake-up for it.
+    ///
+    /// The window restarts at each wake-up because a long reply arrives
+    /// as many bursts: a budget counted from the start ran out in the
+    /// middle of a 1 MiB reply (~300 µs here), after which the reader
+    /// slept and woke once per burst (docs/BENCHMARKS.md §2i).
+    ///
+    /// `ran_out` runs when the spin ends with `f` still pending, before
+    /// `f` is awaited as usual. Also returns whether `f` finished while
+    /// spinning.
     pub async fn run<F: Future>(
         &self,
         f: F,
@@ -56,12 +71,26 @@ impl Spinner {
         };
         let mut f = pin!(f);
         let start = Instant::now();
+        let mut last_wake = start;
+        let mut woken: Option<Arc<Woken>> = None;
         loop {
-            let once = std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await;
+            let once = std::future::poll_fn(|cx| {
+                let w = match &woken {
+                    Some(w) if w.inner.will_wake(cx.waker()) => w.clone(),
+                    _ => woken.insert(Woken::new(cx.waker())).clone(),
+                };
+                let waker = Waker::from(w);
+                Poll::Ready(f.as_mut().poll(&mut Context::from_waker(&waker)))
+            })
+            .await;
             if let Poll::Ready(v) = once {
                 return (v, true);
             }
-            if start.elapsed() >= spin {
+            let now = Instant::now();
+            if woken.as_ref().is_some_and(|w| w.take()) {
+                last_wake = now;
+            }
+            if now - last_wake >= spin || now - start >= spin * SPIN_TURNS_MAX {
                 drop(slot);
                 ran_out();
                 return (f.await, false);
@@ -85,6 +114,38 @@ impl Spinner {
 }
 
 struct Slot<'a>(&'a Spinner);
+
+/// The task's waker, noting each wake-up: the spinning future made
+/// progress (bytes arrived, a write drained) since the last look.
+struct Woken {
+    inner: Waker,
+    woke: AtomicBool,
+}
+
+impl Woken {
+    fn new(inner: &Waker) -> Arc<Self> {
+        Arc::new(Self {
+            inner: inner.clone(),
+            woke: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether it was woken since the last call.
+    fn take(&self) -> bool {
+        self.woke.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woke.store(true, Ordering::Release);
+        self.inner.wake_by_ref();
+    }
+}
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
@@ -137,6 +198,64 @@ mod tests {
             .await;
         assert!(!found && ran_out);
         assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_eq!(s.spinning.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn wake_ups_keep_the_spin_going_past_its_window() {
+        // Ten messages 5 ms apart take ~50 ms, far past the 20 ms window:
+        // a budget counted from the start would run out; one counted from
+        // the last wake-up keeps spinning and finds the end.
+        let s = Spinner::quarter_of(4);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let sender = std::thread::spawn(move || {
+            for i in 0..10 {
+                std::thread::sleep(Duration::from_millis(5));
+                tx.send(i).expect("receiver alive");
+            }
+        });
+        let start = Instant::now();
+        let all = async {
+            let mut n = 0;
+            while rx.recv().await.is_some() {
+                n += 1;
+            }
+            n
+        };
+        let mut ran_out = false;
+        let (n, found) = s
+            .run(all, Duration::from_millis(20), || ran_out = true)
+            .await;
+        sender.join().expect("sender");
+        assert_eq!(n, 10);
+        assert!(start.elapsed() >= Duration::from_millis(40));
+        assert!(found && !ran_out, "spun through the wake-ups");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_future_woken_forever_stops_spinning_at_the_ceiling() {
+        // Wakes itself on every poll, so the idle window never ends it:
+        // only the ceiling of SPIN_TURNS_MAX windows (6.4 ms) does.
+        let s = Spinner::quarter_of(4);
+        let start = Instant::now();
+        let until = start + Duration::from_millis(60);
+        let restless = std::future::poll_fn(|cx| {
+            if Instant::now() >= until {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        });
+        let mut spun_for = None;
+        let ((), found) = s
+            .run(restless, Duration::from_micros(100), || {
+                spun_for = Some(start.elapsed())
+            })
+            .await;
+        let spun_for = spun_for.expect("the spin ran out");
+        assert!(!found);
+        assert!(spun_for >= Duration::from_micros(6400), "{spun_for:?}");
+        assert!(spun_for < Duration::from_millis(60), "{spun_for:?}");
         assert_eq!(s.spinning.load(Ordering::Acquire), 0);
     }
 }

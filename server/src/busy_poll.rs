@@ -11,7 +11,8 @@
 //! GET from 183 to 90 µs; 1 MiB did not move.
 //!
 //! With `busy_poll_us` > 0, a connection that has answered everything it
-//! was sent polls its socket for up to that long before it sleeps: each
+//! was sent polls its socket until that long passes with nothing arriving,
+//! and only then sleeps: each
 //! turn yields to the runtime, which polls its I/O driver with a zero
 //! timeout before it runs yielded tasks, then tries the read again
 //! (`strata_rdma::spin`, shared with the client's `spin_us`). So the
