@@ -36,6 +36,11 @@ ROUNDS=${ROUNDS:-3}       # interleaved rounds; cells are medians
 KEYS=${KEYS:-64}
 BATCHES=${BATCHES:-"64KiB:32 256KiB:32 1MiB:8 4MiB:4"}   # size:values per call
 INDEX_KEYS=${INDEX_KEYS:-1000000}                       # 0: skip the index figure
+# SPIN_US=N (1-1000) adds a column "strata-spin": zero-copy over TCP on a
+# node with `busy_poll_us` N and a client with `spin_us` N (both off by
+# default; OPERATIONS.md), so the opt-in polling is measured in the same
+# rounds as everything else. 0 (default): no such column.
+SPIN_US=${SPIN_US:-0}
 # PIN=S:C runs every server (strata node, Redis, Mooncake's master and
 # holder, iperf3 -s) on CPU S and every client on CPU C, the same for all
 # systems: on a 2-vCPU VM the scheduler otherwise puts client and server
@@ -113,6 +118,17 @@ one_round() {
     bench strata-cma zerocopy "127.0.0.1:$SP" strata --cma true
     bench strata inline "127.0.0.1:$SP" strata
     kill "${PIDS[-1]}"
+
+    if [[ $SPIN_US != 0 ]]; then
+        SP=$(free_port); DP=$(free_port); MP=$(free_port)
+        "${SRV[@]}" "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" \
+            --cpu-memory-prefault true --busy-poll-us "$SPIN_US" 2>"$OUT/strata-spin.log" &
+        PIDS+=($!)
+        wait_port "$SP"
+        wait_log "$OUT/strata-spin.log" "DRAM arena prefaulted"
+        bench strata-spin zerocopy "127.0.0.1:$SP" strata --cma false --spin-us "$SPIN_US"
+        kill "${PIDS[-1]}"
+    fi
 
     # Redis 7, inline SET/GET through the same client
     RP=$(free_port)

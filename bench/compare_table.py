@@ -15,7 +15,8 @@ import json
 import statistics
 import sys
 
-COLUMNS = [("strata", "zerocopy"), ("strata-cma", "zerocopy"), ("strata", "inline"), ("redis", "inline"),
+SPIN = ("strata-spin", "zerocopy")
+COLUMNS = [("strata", "zerocopy"), ("strata-cma", "zerocopy"), SPIN, ("strata", "inline"), ("redis", "inline"),
            ("mooncake", "zerocopy")]
 
 
@@ -33,13 +34,15 @@ def batch_of(row):
 
 
 def table(cells, keys, batch):
-    head = f"{'size':>6} {'op':<4} {'c':>2} | " + " | ".join(f"{s + ' ' + a:>24}" for s, a in COLUMNS)
+    # The polling column only where the run measured it (SPIN_US).
+    columns = [c for c in COLUMNS if c != SPIN or any(k[:2] == SPIN for k in cells)]
+    head = f"{'size':>6} {'op':<4} {'c':>2} | " + " | ".join(f"{s + ' ' + a:>24}" for s, a in columns)
     print(head)
-    print(f"{'':>15} | " + " | ".join(f"{'GB/s':>10} {'p99 us':>13}" for _ in COLUMNS))
+    print(f"{'':>15} | " + " | ".join(f"{'GB/s':>10} {'p99 us':>13}" for _ in columns))
     print("-" * len(head))
     for size, op, c in keys:
         parts = []
-        for s, a in COLUMNS:
+        for s, a in columns:
             r = cells.get((s, a, size, op, c, batch(size)))
             bad = r and (r["errors"] or r.get("mismatches"))
             parts.append(f"{r['GBps']:>10.3f} {r['p99_us']:>12}{'!' if bad else ' '}" if r else f"{'-':>10} {'-':>13}")
@@ -126,6 +129,8 @@ def main(path):
     mib = 1 << 20
     ratios(cells, clients, "strata zero-copy, 1 MiB:", "strata", mib, 1,
            [("strata/mooncake", ("mooncake", "zerocopy"))], iperf)
+    ratios(cells, clients, "strata zero-copy with busy_poll_us and spin_us (SPIN_US), 1 MiB:", "strata-spin", mib, 1,
+           [("/strata", ("strata", "zerocopy")), ("strata/mooncake", ("mooncake", "zerocopy"))], iperf)
     ratios(cells, clients, "strata over cross-memory attach (same host), 1 MiB:", "strata-cma", mib, 1,
            [("cma/tcp", ("strata", "zerocopy")), ("cma/mooncake", ("mooncake", "zerocopy"))], None)
     for size, n in sorted(batches.items()):
