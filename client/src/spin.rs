@@ -1,7 +1,7 @@
 //! Opt-in polling for a reply before sleeping (`ClientConfig::spin_us`):
 //! each exchange with a node polls its sockets instead of sleeping until
-//! that long passes with nothing arriving (see `strata_rdma::spin`). The node's side of the same
-//! wait is its `busy_poll_us`.
+//! that long passes with nothing arriving (see `strata_rdma::spin`). The
+//! node's side of the same wait is its `busy_poll_us`.
 
 use std::future::Future;
 use std::sync::OnceLock;

@@ -45,8 +45,8 @@ class ClientConfig:
     ``spin_us``: with ``threads=0``, a call polls its sockets instead of
     sleeping until this long (at most 1000 us) passes with nothing
     arriving (64 times this in all at most), so a quick reply, or a long
-    one arriving in bursts, costs no sleep and wake-up; at most a quarter of the cores spin at once per process; 0
-    (default): never. Worth it only with idle cores (one caller per host).
+    one arriving in bursts, costs no sleep and wake-up; at most a quarter
+    of the cores spin at once per process; 0 (default): never. Worth it only with idle cores (one caller per host).
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.

@@ -72,22 +72,25 @@ impl Spinner {
         let mut f = pin!(f);
         let start = Instant::now();
         let mut last_wake = start;
-        let mut woken: Option<Arc<Woken>> = None;
+        // The task's waker wrapped once (again only if the task's changes).
+        let mut woken: Option<(Arc<Woken>, Waker)> = None;
         loop {
             let once = std::future::poll_fn(|cx| {
-                let w = match &woken {
-                    Some(w) if w.inner.will_wake(cx.waker()) => w.clone(),
-                    _ => woken.insert(Woken::new(cx.waker())).clone(),
+                let (_, waker) = match woken.take() {
+                    Some((w, waker)) if w.inner.will_wake(cx.waker()) => woken.insert((w, waker)),
+                    _ => {
+                        let w = Woken::new(cx.waker());
+                        woken.insert((w.clone(), Waker::from(w)))
+                    }
                 };
-                let waker = Waker::from(w);
-                Poll::Ready(f.as_mut().poll(&mut Context::from_waker(&waker)))
+                Poll::Ready(f.as_mut().poll(&mut Context::from_waker(waker)))
             })
             .await;
             if let Poll::Ready(v) = once {
                 return (v, true);
             }
             let now = Instant::now();
-            if woken.as_ref().is_some_and(|w| w.take()) {
+            if woken.as_ref().is_some_and(|(w, _)| w.take()) {
                 last_wake = now;
             }
             if now - last_wake >= spin || now - start >= spin * SPIN_TURNS_MAX {
