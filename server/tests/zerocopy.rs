@@ -3,86 +3,35 @@
 //! the node's, with content checks, bad descriptors, leases and cut
 //! transfers.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value as V;
 use strata_rdma::tcp::TcpTransport;
 use strata_rdma::{Descriptor, Region, TransferError, Transport};
+use strata_tests::Server;
 
+/// A node on free loopback ports; the shared harness retries when another
+/// test took a port first, and fails with the node's stderr if it exits
+/// (a bare wait on PING hid both behind a 20 s timeout).
 struct Node {
-    child: Child,
+    server: Server,
     port: u16,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Node {
     fn start(extra: &[&str]) -> Node {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_strata-server"))
-            // No NVMe tier: these nodes are killed with SIGKILL.
-            .env("STRATA_SSD_POOL_SIZE", "0")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--metrics-port",
-                "0",
-                "--data-port",
-                "0",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start strata-server");
-        let node = Node { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(mut c) = node.try_conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return node;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("strata-server did not answer PING");
-    }
-
-    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
+        let server = Server::start(extra);
+        let port = server.port();
+        Node { server, port }
     }
 
     fn conn(&self) -> redis::Connection {
-        self.try_conn().expect("connect")
+        self.server.client(false)
     }
 
     fn info(&self, field: &str) -> u64 {
-        let text: String = redis::cmd("INFO")
-            .arg("all")
-            .query(&mut self.conn())
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}:")))
-            .unwrap_or_else(|| panic!("no {field} in INFO"))
-            .trim()
-            .parse()
-            .unwrap()
+        self.server.info_field(field)
     }
 }
 
