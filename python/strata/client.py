@@ -178,6 +178,12 @@ class Client:
         straight from that memory (no copy in this process). A CUDA tensor
         (or ``__cuda_array_interface__`` array) is staged through pinned
         host memory (see :mod:`strata.staging`)."""
+        if type(buffer) is int and size is not None:
+            # The engines' path (registered memory by address), first and
+            # with no helper calls: it runs once per block.
+            self._registry.check(buffer, size)
+            self._native.put_from(key, buffer, size)
+            return
         if device_span(buffer) is not None:
             err = self.batch_put_from([key], [buffer], None if size is None else [size])[0]
             if err is not None:
@@ -190,6 +196,9 @@ class Client:
         length. Raises ``NotFoundError`` if missing and ``TooLargeError`` if
         it does not fit (the destination then holds unspecified bytes).
         CUDA tensors are staged as in :meth:`put_from`."""
+        if type(buffer) is int and size is not None:
+            self._registry.check(buffer, size)
+            return self._native.get_into(key, buffer, size)
         if device_span(buffer) is not None:
             r = self.batch_get_into([key], [buffer], None if size is None else [size])[0]
             if isinstance(r, BaseException):

@@ -88,6 +88,30 @@ def test_registered_pointer_and_tensor(client, key):
         client.register_buffer(TensorLike(np.zeros(4), device="cuda"))
 
 
+def test_pointer_checks_at_the_edges_of_a_registration(client, key):
+    # The by-address path skips the general checks when the span is plainly
+    # inside a registration; everything at or past its edges must still fail.
+    pool = np.zeros(1 << 16, dtype=np.uint8)
+    ptr = pool.ctypes.data
+    client.register_buffer(ptr, pool.nbytes)
+    try:
+        client.put_from(key(), ptr + pool.nbytes - 100, 100)  # the last byte: fine
+        for bad_ptr, size, match in [
+            (ptr + pool.nbytes - 100, 101, "not inside a registered buffer"),
+            (ptr - 1, 10, "not inside a registered buffer"),
+            (ptr, 0, "size must be positive"),
+            (ptr, -5, "size must be positive"),
+            (ptr, True, "size must be an int"),
+            (True, 10, "pointer must be an int"),
+            (ptr, 10.0, "size must be an int"),
+        ]:
+            for call in (client.put_from, client.get_into):
+                with pytest.raises(strata.InvalidArgumentError, match=match):
+                    call(key(), bad_ptr, size)
+    finally:
+        client.unregister_buffer(ptr)
+
+
 def test_batch_zero_copy_mixes_hits_and_misses(client, key):
     keys = [key(str(i)) for i in range(40)]
     blocks = [np.full(65536, i, dtype=np.uint8) for i in range(40)]
