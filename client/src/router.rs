@@ -321,11 +321,21 @@ impl Router {
                     .1
                     .push(i);
             }
-            let sends = groups.into_values().map(|(node, items)| {
-                let fut = op(Arc::clone(&node), items.clone());
-                async move { (node, items, fut.await) }
-            });
-            let done = futures::future::join_all(sends).await;
+            // One node (every single-key call): awaited in place. Through
+            // `join_all` the op's future (several KiB) was moved into and
+            // out of a `Vec` of `MaybeDone`s, about 20 KiB of memcpy per
+            // call, a tenth of a 4 KiB PUT's CPU time here.
+            let done = if groups.len() == 1 {
+                let (node, items) = groups.into_values().next().expect("one group");
+                let outcome = op(Arc::clone(&node), items.clone()).await;
+                vec![(node, items, outcome)]
+            } else {
+                let sends = groups.into_values().map(|(node, items)| {
+                    let fut = op(Arc::clone(&node), items.clone());
+                    async move { (node, items, fut.await) }
+                });
+                futures::future::join_all(sends).await
+            };
             let mut again = Vec::new();
             let mut why: Option<Error> = None;
             // Every retry is a redirect to a node that is up: no waiting.
