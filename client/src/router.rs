@@ -12,6 +12,7 @@ use std::io;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use redis_protocol::resp2::types::BytesFrame;
 
 use crate::config::ClientConfig;
@@ -273,10 +274,12 @@ impl Router {
         F: FnMut(Arc<Node>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        // `map`, not `async move { fut.await }`: an async block keeps the
+        // future it captured and, apart, the one it awaits, twice the
+        // size (8 -> 17 KiB for `get_into`), and moves one into the other.
         let mut out = self
             .routed_batch(&[slot], access, idem, |node, _| {
-                let fut = op(node);
-                async move { fut.await.map(|v| vec![Ok(v)]) }
+                op(node).map(|r| r.map(|v| vec![Ok(v)]))
             })
             .await;
         out.pop()
@@ -331,8 +334,7 @@ impl Router {
                 vec![(node, items, outcome)]
             } else {
                 let sends = groups.into_values().map(|(node, items)| {
-                    let fut = op(Arc::clone(&node), items.clone());
-                    async move { (node, items, fut.await) }
+                    op(Arc::clone(&node), items.clone()).map(move |r| (node, items, r))
                 });
                 futures::future::join_all(sends).await
             };

@@ -65,7 +65,9 @@ impl NativeClient {
         Fut: std::future::Future<Output = T> + Send,
     {
         let (client, rt) = self.parts()?;
-        let op = f(client);
+        // Boxed once: the op's future is several KiB, and by value each
+        // closure and `block_on` below would copy it again.
+        let op = Box::pin(f(client));
         // A panic is reported as a failure of this call, as when it ran
         // as a task, never carried into the interpreter.
         let run = std::panic::AssertUnwindSafe(move || rt.block_on(op));
