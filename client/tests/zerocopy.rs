@@ -207,16 +207,20 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
             let victim = victim.clone();
             tokio::spawn(async move { victim.put_from(b"cut", &b, 0..64 * MIB).await })
         };
-        let started = wait_for(Duration::from_secs(10), || {
-            let v = victim.clone();
-            async move {
-                v.data_plane_stats()
-                    .connections_accepted
-                    .load(Ordering::SeqCst)
-                    > 0
+        // Polled every millisecond, not at `wait_for`'s 20 ms: a 64 MiB pull
+        // over loopback can end within 20 ms, and then nothing was cut (a
+        // CI run lost all five tries that way).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let started = loop {
+            let accepted = &victim.data_plane_stats().connections_accepted;
+            if accepted.load(Ordering::SeqCst) > 0 {
+                break true;
             }
-        })
-        .await;
+            if std::time::Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
         assert!(
             started,
             "the node never connected to the client's data plane"
