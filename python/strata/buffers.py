@@ -61,7 +61,7 @@ class Registry:
     # and copies nothing: `_spans` is a tuple of `(start, end)` that `add`
     # and `remove` replace whole under the lock (one attribute store, which
     # a reader sees entirely or not at all). The lock, list copy and helper
-    # calls it replaced cost 1.2 us per call, a tenth of a small GET.
+    # calls it replaced cost 1.2 us per call (a polled 4 KiB GET: ~20 us).
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
