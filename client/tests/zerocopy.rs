@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{info_field, pattern, round_trip, wait_for, Node};
+use common::{info_field, pattern, round_trip, wait_for, wait_for_every, Node};
 use strata_client::{Client, Error};
 
 const MIB: usize = 1 << 20;
@@ -210,17 +210,17 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
         // Polled every millisecond, not at `wait_for`'s 20 ms: a 64 MiB pull
         // over loopback can end within 20 ms, and then nothing was cut (a
         // CI run lost all five tries that way).
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let started = loop {
-            let accepted = &victim.data_plane_stats().connections_accepted;
-            if accepted.load(Ordering::SeqCst) > 0 {
-                break true;
+        let every = Duration::from_millis(1);
+        let started = wait_for_every(Duration::from_secs(10), every, || {
+            let v = victim.clone();
+            async move {
+                v.data_plane_stats()
+                    .connections_accepted
+                    .load(Ordering::SeqCst)
+                    > 0
             }
-            if std::time::Instant::now() >= deadline {
-                break false;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        };
+        })
+        .await;
         assert!(
             started,
             "the node never connected to the client's data plane"
