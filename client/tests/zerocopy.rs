@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{info_field, pattern, round_trip, wait_for, wait_for_every, Node};
-use strata_client::{Client, Error};
+use common::{info_field, pattern, round_trip, wait_for, Node};
+use strata_client::{Client, ClientConfig, Error};
 
 const MIB: usize = 1 << 20;
 
@@ -185,9 +185,9 @@ async fn deregistered_buffer_is_bad_descriptor_and_stores_nothing() {
     c.set(b"after", b"x").await.expect("set");
 }
 
-/// Drops a client while the node is pulling a 64 MiB PUT from it: the old
+/// Kills a client while the node is pulling a 64 MiB PUT from it: the old
 /// value stays (never a partial new one) and the node's memory returns to
-/// where it was. Retried when the transfer finished before the drop, which
+/// where it was. Retried when the transfer finished before the cut, which
 /// would prove nothing.
 #[tokio::test]
 async fn client_dropped_mid_transfer_leaves_no_partial_value() {
@@ -198,40 +198,18 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
     let used_before = info_field(&observer, "tiers", "dram_used_bytes").await;
     let mut caught = 0;
     for _ in 0..5 {
-        // Over TCP: the test watches the node dial the client's data plane.
-        let victim = node.network_client().await;
-        let mut b = victim.alloc(64 * MIB).expect("alloc");
-        b.as_mut_slice().fill(0xee);
-        let victim = Arc::new(victim);
-        let task = {
-            let victim = victim.clone();
-            tokio::spawn(async move { victim.put_from(b"cut", &b, 0..64 * MIB).await })
-        };
-        // Polled every millisecond, not at `wait_for`'s 20 ms: a 64 MiB pull
-        // over loopback can end within 20 ms, and then nothing was cut (a
-        // CI run lost all five tries that way).
-        let every = Duration::from_millis(1);
-        let started = wait_for_every(Duration::from_secs(10), every, || {
-            let v = victim.clone();
-            async move {
-                v.data_plane_stats()
-                    .connections_accepted
-                    .load(Ordering::SeqCst)
-                    > 0
-            }
-        })
-        .await;
+        let addr = node.addr();
+        let dialed = tokio::task::spawn_blocking(move || put_and_cut(addr, b"cut"))
+            .await
+            .expect("victim thread");
         assert!(
-            started,
+            dialed,
             "the node never connected to the client's data plane"
         );
-        task.abort();
-        let _ = task.await;
-        drop(victim);
-        // The pull may still finish after the drop (the buffer's memory
-        // stays registered until the reads of it end): the node settles on
-        // the whole new value, or on the old one with the reservation
-        // freed, and never shows anything else.
+        // The pull may still finish after the cut (the node may have read
+        // every byte already): the node settles on the whole new value, or
+        // on the old one with the reservation freed, and never shows
+        // anything else.
         let mut settled = None;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
@@ -259,7 +237,53 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
             ),
         }
     }
-    assert!(caught > 0, "every 64 MiB transfer finished before the drop");
+    assert!(caught > 0, "every 64 MiB transfer finished before the cut");
+}
+
+/// Starts a 64 MiB `put_from` of `0xee` bytes to `key` over the TCP data
+/// plane, on a runtime of its own, and drops that runtime (the client's
+/// tasks and sockets with it, as when an engine process dies) as soon as
+/// the node dials the client's data plane. Blocks; whether the node
+/// dialed.
+///
+/// The watch runs on this thread, apart from the runtime that serves the
+/// pull, so the cut lands within about 50 µs of the dial. Watched from the
+/// test's own runtime, which also ran the serving task, a loaded CI
+/// machine let every pull finish first, even when polling every
+/// millisecond.
+fn put_and_cut(addr: String, key: &'static [u8]) -> bool {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cfg = ClientConfig {
+        cma: false,
+        ..ClientConfig::new(addr)
+    };
+    let victim = Arc::new(rt.block_on(Client::connect_with(cfg)).expect("connect"));
+    let mut b = victim.alloc(64 * MIB).expect("alloc");
+    b.as_mut_slice().fill(0xee);
+    let put = {
+        let victim = victim.clone();
+        rt.spawn(async move { victim.put_from(key, &b, 0..64 * MIB).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let accepted = || {
+        victim
+            .data_plane_stats()
+            .connections_accepted
+            .load(Ordering::SeqCst)
+    };
+    while accepted() == 0 && !put.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let dialed = accepted() > 0;
+    drop(victim);
+    // Cancels every task (the put, the data plane's serving connection)
+    // and closes their sockets, waiting until that is done.
+    drop(rt);
+    dialed
 }
 
 /// More GETs than the node allows leases: the refused ones come back

@@ -203,17 +203,7 @@ pub fn pattern(key: &[u8], len: usize) -> Vec<u8> {
 }
 
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub async fn wait_for<F, Fut>(timeout: Duration, cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    wait_for_every(timeout, Duration::from_millis(20), cond).await
-}
-
-/// [`wait_for`], looking every `interval`: for a condition that holds only
-/// briefly.
-pub async fn wait_for_every<F, Fut>(timeout: Duration, interval: Duration, mut cond: F) -> bool
+pub async fn wait_for<F, Fut>(timeout: Duration, mut cond: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -226,7 +216,7 @@ where
         if Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
