@@ -218,7 +218,7 @@ impl Node {
             }
         };
         let outcome = crate::spin::spun(
-            async {
+            std::pin::pin!(async {
                 conn.send(commands).await?;
                 let mut replies = Vec::with_capacity(commands.len());
                 for k in 0..commands.len() {
@@ -229,7 +229,7 @@ impl Node {
                     }
                 }
                 Ok(replies)
-            },
+            }),
             self.spin,
         )
         .await;

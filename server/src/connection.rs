@@ -269,7 +269,7 @@ impl Conn<'_> {
     async fn read_next(&mut self) -> std::io::Result<usize> {
         let spin = std::time::Duration::from_micros(self.node.cfg.busy_poll_us.into());
         let c = &self.node.metrics.counters;
-        let read = self.sock.read_buf(&mut self.rbuf);
+        let read = std::pin::pin!(self.sock.read_buf(&mut self.rbuf));
         let ran_out = || {
             c.busy_poll_misses_total.fetch_add(1, Relaxed);
         };
