@@ -313,26 +313,31 @@ impl RegionTable {
         rkey: u32,
         epoch: Option<u64>,
     ) -> Result<ServeTicket, Denied> {
-        let entry = self
-            .regions
-            .read()
-            .get(&rkey)
-            .cloned()
-            .ok_or(Denied::UnknownRkey)?;
-        let inside = addr >= entry.addr
-            && addr
-                .checked_add(len)
-                .is_some_and(|end| end <= entry.addr + entry.len);
-        if !inside {
-            return Err(Denied::OutOfRange);
-        }
-        // Counted before pinning so `close` waits for a read that is past
-        // the table lookup even if the region is removed right now.
-        entry.serving.fetch_add(1, Ordering::AcqRel);
+        // Counted under the table's lock: `close` removes the entry under
+        // the write lock and then waits for zero, so a read either counted
+        // itself first (and `close` waits for it) or finds the rkey gone.
+        // Counted after the lock was let go, a read could slip in after
+        // `close` had seen zero and returned, and send memory its owner
+        // was already freeing (a test below caught that).
+        let entry = {
+            let regions = self.regions.read();
+            let entry = regions.get(&rkey).ok_or(Denied::UnknownRkey)?;
+            entry.serving.fetch_add(1, Ordering::AcqRel);
+            Arc::clone(entry)
+        };
+        // From here the ticket's drop gives the count back, on every path.
         let mut ticket = ServeTicket {
             entry,
             _token: None,
         };
+        let e = &ticket.entry;
+        let inside = addr >= e.addr
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= e.addr + e.len);
+        if !inside {
+            return Err(Denied::OutOfRange);
+        }
         if let Some(guard) = &ticket.entry.guard {
             ticket._token = Some(guard.pin(addr, len, epoch).map_err(|r| match r {
                 Refusal::Stale => Denied::Stale,
@@ -414,5 +419,59 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), regions.len());
+    }
+
+    /// A read admitted while its region is closing keeps `close` waiting:
+    /// `close` never returns while a ticket for the region is out, so the
+    /// owner never frees memory that is still being sent. Two threads race
+    /// admits against register/close cycles and check that invariant.
+    #[test]
+    fn close_never_returns_while_a_read_is_admitted() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let mem = [0u8; 64];
+        let addr = mem.as_ptr() as u64;
+        let table = RegionTable::new();
+        // (generation << 32 | rkey) of the region being raced; the
+        // generation's close has returned once `closed` holds it.
+        let current = Arc::new(AtomicU64::new(0));
+        let closed = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (table, current, closed, stop) =
+                (table.clone(), current.clone(), closed.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut admitted, mut violations) = (0u64, 0u64);
+                while !stop.load(Ordering::Acquire) {
+                    let cur = current.load(Ordering::Acquire);
+                    let (gen, rkey) = (cur >> 32, cur as u32);
+                    if let Ok(ticket) = table.admit(addr, 64, rkey, None) {
+                        admitted += 1;
+                        if closed.load(Ordering::Acquire) >= gen {
+                            violations += 1;
+                        }
+                        drop(ticket);
+                    }
+                }
+                (admitted, violations)
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+        let mut gen = 0u64;
+        while std::time::Instant::now() < deadline {
+            gen += 1;
+            // SAFETY: `mem` outlives every region, closed in this loop.
+            let region = unsafe { table.register(addr, 64, None) }.expect("register");
+            current.store(gen << 32 | u64::from(region.rkey()), Ordering::Release);
+            std::thread::yield_now();
+            futures::executor::block_on(region.close());
+            closed.store(gen, Ordering::Release);
+        }
+        stop.store(true, Ordering::Release);
+        let (admitted, violations) = reader.join().expect("reader");
+        assert!(admitted > 0, "no read was admitted in {gen} cycles");
+        assert_eq!(
+            violations, 0,
+            "close returned under {violations} of {admitted} admitted reads"
+        );
     }
 }
