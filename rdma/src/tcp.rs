@@ -109,6 +109,26 @@ pub struct TcpStats {
     pub reads_served: AtomicU64,
     /// Reads the listener refused (bad rkey, range, epoch, length).
     pub reads_refused: AtomicU64,
+    /// Reads the listener is serving now: admitted, last byte not yet
+    /// handed to the socket.
+    pub reads_in_progress: AtomicU64,
+}
+
+/// Counts one read in [`TcpStats::reads_in_progress`] while it lives, so
+/// that a read ended by an error or a dropped task is counted out too.
+struct InProgress<'a>(&'a AtomicU64);
+
+impl<'a> InProgress<'a> {
+    fn new(gauge: &'a AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The TCP transport: a data-plane listener plus a pooled reader.
@@ -819,6 +839,7 @@ impl Server {
                     return Ok(true);
                 }
             };
+        let in_progress = InProgress::new(&self.stats.reads_in_progress);
         // SAFETY: `admit` checked that [addr, addr + len) lies inside a live
         // registered region and counted this read as being served, so by the
         // registration contract the memory stays valid and unmodified until
@@ -834,6 +855,7 @@ impl Server {
         .encode();
         write_all2(stream, &head, payload).await?;
         drop(ticket);
+        drop(in_progress);
         self.stats.reads_served.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }

@@ -136,6 +136,11 @@ fn render(node: &Node, section: &str, out: &mut String) {
             let ts = node.transport.stats();
             line(out, "data_reads_served", ts.reads_served.load(Relaxed));
             line(out, "data_reads_refused", ts.reads_refused.load(Relaxed));
+            line(
+                out,
+                "data_reads_in_progress",
+                ts.reads_in_progress.load(Relaxed),
+            );
             match &node.cma {
                 Some(c) => {
                     let r = c.reader.stats();

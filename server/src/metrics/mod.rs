@@ -130,6 +130,7 @@ struct Exported {
     repair_shed_total: Counter,
     data_reads_served_total: Counter,
     data_reads_refused_total: Counter,
+    data_reads_in_progress: Gauge,
     cma_sessions_total: Counter,
     cma_refused_total: Counter,
     cma_reads_total: Counter,
@@ -615,6 +616,11 @@ impl Metrics {
                 Unit::Count,
                 "Data-plane reads refused (bad rkey, range, stale epoch).",
             ),
+            data_reads_in_progress: gauge(
+                "strata_data_reads_in_progress",
+                Unit::Count,
+                "Reads of this node's memory its TCP data plane is sending now.",
+            ),
             cma_sessions_total: counter(
                 "strata_cma_sessions_total",
                 Unit::Count,
@@ -789,6 +795,8 @@ impl Metrics {
             .absolute(ts.reads_served.load(Relaxed));
         e.data_reads_refused_total
             .absolute(ts.reads_refused.load(Relaxed));
+        e.data_reads_in_progress
+            .set(ts.reads_in_progress.load(Relaxed) as f64);
         if let Some(cma) = x.cma {
             let r = cma.reader.stats();
             e.cma_sessions_total.absolute(cma.sessions.load(Relaxed));
