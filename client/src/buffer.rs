@@ -10,7 +10,6 @@
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 
-use futures::FutureExt;
 use strata_rdma::Region;
 
 use crate::{Error, Result};
@@ -136,30 +135,19 @@ impl Drop for Buffer {
             // closed, so no data-plane read touches it anymore.
             unsafe { alloc::dealloc(p.0.as_ptr(), layout) }
         };
-        let Some(region) = self.region.take() else {
-            free();
-            return;
-        };
-        // A peer may be reading the buffer right now (a put cancelled by a
-        // dropped future): free only after the region has drained.
-        let mut closing = Box::pin(region.close());
-        if closing.as_mut().now_or_never().is_some() {
-            free();
-        } else if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                closing.await;
-                free();
-            });
-        } else {
-            futures::executor::block_on(closing);
-            free();
+        match self.region.take() {
+            // A peer may be reading the buffer right now (a put cancelled
+            // by a dropped future): freed when that read ends, on whichever
+            // thread ends it; never blocks here.
+            Some(region) => region.close_then(free),
+            None => free(),
         }
     }
 }
 
-/// Moves a pointer into the task that frees it.
+/// Moves a pointer into the closure that frees it.
 struct SendPtr(NonNull<u8>);
-// SAFETY: the pointee is owned by that task alone once the buffer is gone.
+// SAFETY: the pointee is owned by that closure alone once the buffer is gone.
 unsafe impl Send for SendPtr {}
 
 impl std::fmt::Debug for Buffer {

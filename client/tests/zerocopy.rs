@@ -286,6 +286,66 @@ fn put_and_cut(addr: String, key: &'static [u8]) -> bool {
     dialed
 }
 
+/// A buffer dropped outside any runtime while its memory is being sent
+/// to the node (its put cancelled) returns at once, on a current-thread
+/// runtime that nobody is driving. It used to wait there for the read to
+/// end, which only a drive of that same runtime could bring about: a hang.
+/// The memory is freed once the read ends.
+#[test]
+fn buffer_dropped_mid_read_outside_its_runtime_returns_at_once() {
+    let node = Node::start(&[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cfg = ClientConfig {
+        cma: false,
+        ..ClientConfig::new(node.addr())
+    };
+    let victim = rt.block_on(Client::connect_with(cfg)).expect("connect");
+    let mut caught = 0;
+    for _ in 0..5 {
+        let mut b = victim.alloc(64 * MIB).expect("alloc");
+        b.as_mut_slice().fill(0xee);
+        let stats = victim.data_plane_stats();
+        // Runs the put until the data plane is sending the buffer; then
+        // the put is dropped, and the serving task waits in the runtime
+        // with the read half sent.
+        let mid_read = rt.block_on(async {
+            let put = victim.put_from(b"dropped", &b, 0..64 * MIB);
+            tokio::pin!(put);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut put => return false,
+                    () = tokio::task::yield_now() => {
+                        if stats.reads_in_progress.load(Ordering::SeqCst) > 0 {
+                            return true;
+                        }
+                    }
+                }
+            }
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(b);
+            let _ = done_tx.send(());
+        });
+        assert!(
+            done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "dropping the buffer blocked on a read that only this thread's runtime can end"
+        );
+        caught += usize::from(mid_read);
+        // Driven again, the read ends (the node hangs up on the cancelled
+        // PUT, or takes every byte) and the memory is freed.
+        let ended = rt.block_on(wait_for(Duration::from_secs(10), || async {
+            stats.reads_in_progress.load(Ordering::SeqCst) == 0
+        }));
+        assert!(ended, "the read never ended");
+    }
+    assert!(caught > 0, "no try dropped its buffer mid-read");
+}
+
 /// More GETs than the node allows leases: the refused ones come back
 /// `BUSY` and are retried alone once the batch's leases are released.
 #[tokio::test]

@@ -113,6 +113,30 @@ impl Region {
         }
     }
 
+    /// Deregisters, then runs `then` once no read of this region is being
+    /// served: right here if none is, else on the thread that ends the
+    /// last one. Never blocks and needs no runtime, for owners that cannot
+    /// await (a `Drop`). Blocking there instead could wait forever when the
+    /// read is served by a task of a current-thread runtime that nobody is
+    /// driving; spawning the wait could lose it (and the memory) to a
+    /// runtime that is shutting down.
+    pub fn close_then(self, then: impl FnOnce() + Send + 'static) {
+        let entry = Arc::clone(&self.entry);
+        // Removes the entry (and the NIC's registration): no read is
+        // counted from here on.
+        drop(self);
+        // Checked under the slot's lock, which the last ticket takes after
+        // counting itself out: either this sees zero and runs `then`, or
+        // that ticket finds `then` in the slot.
+        let mut slot = entry.on_drained.lock();
+        if entry.serving.load(Ordering::Acquire) == 0 {
+            drop(slot);
+            then();
+        } else {
+            *slot = Some(Box::new(then));
+        }
+    }
+
     /// Raw pointer to `offset` within the region, after checking that
     /// `[offset, offset + len)` lies inside it.
     pub(crate) fn slice_ptr(&self, offset: u64, len: u64) -> Result<*mut u8, TransferError> {
@@ -150,6 +174,8 @@ pub(crate) struct Entry {
     /// Reads being served right now; `close` waits for zero.
     serving: AtomicUsize,
     drained: Notify,
+    /// What `close_then` left to run when the last read ends.
+    on_drained: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 /// Permission to send `[addr, addr + len)` of a live region: the rkey and
@@ -164,6 +190,10 @@ impl Drop for ServeTicket {
     fn drop(&mut self) {
         if self.entry.serving.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.entry.drained.notify_waiters();
+            let then = self.entry.on_drained.lock().take();
+            if let Some(then) = then {
+                then();
+            }
         }
     }
 }
@@ -278,6 +308,7 @@ impl RegionTable {
             guard,
             serving: AtomicUsize::new(0),
             drained: Notify::new(),
+            on_drained: Mutex::new(None),
         });
         let mut regions = self.regions.write();
         if regions.len() >= REGIONS_MAX {
@@ -473,5 +504,41 @@ mod tests {
             violations, 0,
             "close returned under {violations} of {admitted} admitted reads"
         );
+    }
+
+    #[test]
+    fn close_then_runs_once_the_last_read_ends() {
+        use std::sync::atomic::AtomicU32;
+        let mem = [0u8; 64];
+        let addr = mem.as_ptr() as u64;
+        let table = RegionTable::new();
+        let ran = Arc::new(AtomicU32::new(0));
+        let count = |ran: &Arc<AtomicU32>| {
+            let ran = ran.clone();
+            move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        // No read in progress: at once.
+        // SAFETY: `mem` outlives the regions, closed before it drops.
+        let idle = unsafe { table.register(addr, 64, None) }.expect("register");
+        idle.close_then(count(&ran));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        // Two reads admitted: deregistered at once, run when both end.
+        // SAFETY: as above.
+        let busy = unsafe { table.register(addr, 64, None) }.expect("register");
+        let rkey = busy.rkey();
+        let a = table.admit(addr, 64, rkey, None).expect("admit a");
+        let b = table.admit(addr, 8, rkey, None).expect("admit b");
+        busy.close_then(count(&ran));
+        assert_eq!(
+            table.admit(addr, 1, rkey, None).err(),
+            Some(Denied::UnknownRkey)
+        );
+        drop(a);
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "ran with a read still out");
+        // The last read ends on another thread, which runs it.
+        std::thread::spawn(move || drop(b)).join().expect("thread");
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
     }
 }
