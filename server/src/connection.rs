@@ -119,6 +119,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         cma_peer: None,
         sub: None,
         streamed: None,
+        peer: crate::peer::Peer::of(&sock),
     };
     let mut conn = Conn {
         node,

@@ -20,6 +20,7 @@ pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod node;
+pub mod peer;
 pub mod prefault;
 pub mod pubsub;
 pub mod services;

@@ -35,6 +35,9 @@ pub struct Session {
     /// chunk (its argument in the request is empty). Cleared after that
     /// request, whatever it did: an unused chunk goes back to the arena.
     pub streamed: Option<Reservation>,
+    /// The client's socket, to ask whether it has gone before a pulled
+    /// value is published (see `crate::peer`).
+    pub peer: crate::peer::Peer,
 }
 
 impl Session {

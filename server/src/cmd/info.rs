@@ -161,6 +161,7 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 "busy_poll_misses",
                 c.busy_poll_misses_total.load(Relaxed),
             );
+            line(out, "puts_abandoned", c.puts_abandoned_total.load(Relaxed));
             let nvme_hits = c.nvme_hits_total.load(Relaxed);
             line(out, "keyspace_hits_gpu", s.gpu.hits);
             line(out, "keyspace_hits_nvme", nvme_hits);

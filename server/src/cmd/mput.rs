@@ -36,6 +36,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     }
     let node = ctx.node.clone();
     let internal = ctx.internal;
+    let peer = ctx.session.peer;
     let copies = node.cfg.replica_num as usize;
     // One reply per pair; a pair whose descriptor or reservation failed
     // has its reply now, the others after their transfer.
@@ -81,6 +82,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 start.elapsed(),
             );
         }
+        // Asked once for every value pulled over the network (all of them
+        // arrived above), and after each cross-memory copy for its value.
+        let gone_after_network = !ops.is_empty() && peer.gone();
         drop(ops);
         let mut writes = Vec::with_capacity(pulls.len());
         for (i, key, desc, res, targets) in pulls {
@@ -104,6 +108,15 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             };
             if let Err(e) = pulled {
                 replies[i] = Some(e.into());
+                continue;
+            }
+            let gone = match (network(&desc), desc.len > 0) {
+                (true, _) => gone_after_network,
+                (false, true) => peer.gone(),
+                (false, false) => false,
+            };
+            if gone {
+                replies[i] = Some(super::put::client_gone(&node).into());
                 continue;
             }
             let now = now_ms();

@@ -43,6 +43,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let key = own_key(&args[1]);
     let copies = copies.unwrap_or(node.cfg.replica_num) as usize;
     let internal = ctx.internal;
+    let peer = ctx.session.peer;
     let targets = if internal {
         Vec::new()
     } else {
@@ -51,6 +52,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     Out::Later(Box::pin(async move {
         if let Err(e) = pull(&node, &desc, &res, Direction::In).await {
             return e.into();
+        }
+        if peer.gone() {
+            return client_gone(&node).into();
         }
         if !node.store.commit(key.clone(), res, cond, expiry, now_ms()) {
             return Reply::Nil;
@@ -71,6 +75,16 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         }
         Reply::Ok
     }))
+}
+
+/// The pulled value of a client that has gone is never published: it
+/// may have reused its memory while the pull ran (see `crate::peer`).
+pub fn client_gone(node: &Node) -> CommandError {
+    node.metrics
+        .counters
+        .puts_abandoned_total
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    CommandError::err("client closed the connection during the transfer; nothing stored")
 }
 
 /// Checks a client descriptor and reserves room for its bytes. A `cma`

@@ -89,6 +89,9 @@ pub struct Counters {
     /// that ran out and slept.
     pub busy_poll_hits_total: AtomicU64,
     pub busy_poll_misses_total: AtomicU64,
+    /// Pulled values not published because their client had gone (see
+    /// `crate::peer`).
+    pub puts_abandoned_total: AtomicU64,
 }
 
 /// Handles for figures copied from the atomics at scrape time.
@@ -113,6 +116,7 @@ struct Exported {
     nvme_hits_total: Counter,
     busy_poll_hits_total: Counter,
     busy_poll_misses_total: Counter,
+    puts_abandoned_total: Counter,
     misses_total: Counter,
     evictions_total: Counter,
     evicted_bytes_total: Counter,
@@ -531,6 +535,11 @@ impl Metrics {
                 Unit::Count,
                 "Busy polls of a client connection (busy_poll_us) that ran out and slept.",
             ),
+            puts_abandoned_total: counter(
+                "strata_puts_abandoned_total",
+                Unit::Count,
+                "Zero-copy PUT values pulled but not stored because their client closed the connection meanwhile.",
+            ),
             misses_total: counter(
                 "strata_misses_total",
                 Unit::Count,
@@ -764,6 +773,8 @@ impl Metrics {
             .absolute(c.busy_poll_hits_total.load(Relaxed));
         e.busy_poll_misses_total
             .absolute(c.busy_poll_misses_total.load(Relaxed));
+        e.puts_abandoned_total
+            .absolute(c.puts_abandoned_total.load(Relaxed));
         // A read served from NVMe or the GPU is counted once, there.
         e.hits_total
             .absolute(s.hits.saturating_sub(s.gpu.hits + nvme_hits));
