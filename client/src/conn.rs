@@ -117,6 +117,9 @@ pub(crate) struct Conn {
     owed: usize,
     /// A write was interrupted: the stream holds a partial request.
     poisoned: bool,
+    /// An exchange began and has not ended: if it stays set, its caller
+    /// gave up mid-way and the socket was shut down (`Node::exchange_on`).
+    exchanging: bool,
     timeout: Duration,
 }
 
@@ -142,13 +145,29 @@ impl Conn {
             spill: vec![0; PLACED_HEAD_BYTES].into_boxed_slice(),
             owed: 0,
             poisoned: false,
+            exchanging: false,
             timeout,
         })
     }
 
-    /// Whether a dropped caller left the stream mid-request.
+    /// The socket, for a shutdown by a caller that gave up on it.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.stream)
+    }
+
+    /// Whether a dropped caller left the stream mid-request, or gave up on
+    /// an exchange (whose socket is then shut down).
     pub(crate) fn is_poisoned(&self) -> bool {
-        self.poisoned
+        self.poisoned || self.exchanging
+    }
+
+    /// Marks an exchange as running, until [`Conn::end_exchange`].
+    pub(crate) fn begin_exchange(&mut self) {
+        self.exchanging = true;
+    }
+
+    pub(crate) fn end_exchange(&mut self) {
+        self.exchanging = false;
     }
 
     /// Sends `commands` in one write and skips replies owed to callers that

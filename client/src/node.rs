@@ -217,6 +217,13 @@ impl Node {
                 slot.as_mut().expect("just inserted")
             }
         };
+        // A caller that drops this call mid-exchange may write the memory a
+        // PUT named at once, while the node is still pulling it: closing
+        // the connection then tells the node to store nothing (it asks
+        // before publishing a pulled value). Declared after `conn`'s lock,
+        // so it runs while the connection is still in its slot.
+        conn.begin_exchange();
+        let cut = CloseIfDropped::new(conn);
         let outcome = crate::spin::spun(
             std::pin::pin!(async {
                 conn.send(commands).await?;
@@ -233,6 +240,8 @@ impl Node {
             self.spin,
         )
         .await;
+        cut.disarm();
+        conn.end_exchange();
         if outcome.is_err() {
             *slot = None;
         }
@@ -332,4 +341,33 @@ pub(crate) async fn backoff(attempt: u32) {
         .saturating_mul(1 << attempt.min(16))
         .min(BACKOFF_MAX);
     tokio::time::sleep(wait).await;
+}
+
+/// Shuts a connection's socket down if dropped armed: the call using it
+/// was abandoned mid-exchange (see `Node::exchange_on`).
+struct CloseIfDropped(Option<std::os::fd::RawFd>);
+
+impl CloseIfDropped {
+    fn new(conn: &Conn) -> Self {
+        Self(Some(conn.raw_fd()))
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CloseIfDropped {
+    fn drop(&mut self) {
+        use std::os::fd::FromRawFd;
+        if let Some(fd) = self.0 {
+            // SAFETY: the connection that owns `fd` is still in its slot
+            // (this guard drops before the slot's lock is let go) and stays
+            // its owner: `ManuallyDrop` keeps this handle from closing it.
+            let s = std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+            // The stream is poisoned or owes a reply either way; the next
+            // call on this slot connects afresh.
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }

@@ -346,6 +346,118 @@ fn buffer_dropped_mid_read_outside_its_runtime_returns_at_once() {
     assert!(caught > 0, "no try dropped its buffer mid-read");
 }
 
+/// A PUT given up while the node is pulling it, whose buffer is then
+/// written again at once, never stores a mix of the old and new bytes:
+/// the dropped call closes its connection, and the node, asked before it
+/// publishes a pulled value, stores nothing for a client that has gone.
+/// Before, every try stored a 64 MiB value of both patterns.
+#[test]
+fn put_given_up_mid_pull_then_reused_stores_no_mixed_value() {
+    let node = Node::start(&[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cfg = ClientConfig {
+        cma: false,
+        ..ClientConfig::new(node.addr())
+    };
+    let victim = rt.block_on(Client::connect_with(cfg)).expect("connect");
+    let observer = rt.block_on(node.client());
+    let mut b = victim.alloc(64 * MIB).expect("alloc");
+    let mut caught = 0;
+    for round in 0..5 {
+        let key = format!("reused-{round}");
+        b.as_mut_slice().fill(0xee);
+        let stats = victim.data_plane_stats();
+        let mid_read = rt.block_on(async {
+            let put = victim.put_from(key.as_bytes(), &b, 0..64 * MIB);
+            tokio::pin!(put);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut put => return false,
+                    () = tokio::task::yield_now() => {
+                        if stats.reads_in_progress.load(Ordering::SeqCst) > 0 {
+                            return true;
+                        }
+                    }
+                }
+            }
+        });
+        // The put is dropped: its buffer is the caller's again.
+        b.as_mut_slice().fill(0x11);
+        let got = rt.block_on(async {
+            let ended = wait_for(Duration::from_secs(10), || async {
+                stats.reads_in_progress.load(Ordering::SeqCst) == 0
+            })
+            .await;
+            assert!(ended, "the read never ended");
+            observer.get(key.as_bytes()).await.expect("get")
+        });
+        if let Some(v) = &got {
+            let old = v.iter().filter(|&&x| x == 0xee).count();
+            assert!(
+                v.len() == 64 * MIB && old == v.len(),
+                "round {round}: stored {} bytes, {old} of them from before the reuse",
+                v.len()
+            );
+        }
+        caught += usize::from(mid_read);
+        // The next call connects afresh and works.
+        rt.block_on(victim.put_from(b"after", &b, 0..MIB))
+            .expect("put after");
+    }
+    assert!(caught > 0, "no try gave its put up mid-read");
+    let abandoned = rt.block_on(info_field(&observer, "stats", "puts_abandoned"));
+    assert!(abandoned > 0, "the node counted no abandoned put");
+}
+
+/// The same over cross-memory attach (a client on the node's host, the
+/// default there): the node copies the value straight out of the client's
+/// memory, so only the node's question before publishing stands between a
+/// given-up PUT and a mixed value. Before, most tries stored 64 MiB of
+/// both patterns, or of the new one only.
+#[test]
+fn put_given_up_over_cma_then_reused_stores_no_mixed_value() {
+    let node = Node::start(&[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let victim = rt.block_on(node.client());
+    let observer = rt.block_on(node.client());
+    let mut b = victim.alloc(64 * MIB).expect("alloc");
+    for round in 0..8u64 {
+        let key = format!("cma-reused-{round}");
+        b.as_mut_slice().fill(0xee);
+        // Given up after 0.5-4 ms, while the node copies (~10 ms here).
+        let limit = Duration::from_micros(500 * (round + 1));
+        let put = victim.put_from(key.as_bytes(), &b, 0..64 * MIB);
+        let _ = rt.block_on(async { tokio::time::timeout(limit, put).await });
+        b.as_mut_slice().fill(0x11);
+        let got = rt.block_on(async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            observer.get(key.as_bytes()).await.expect("get")
+        });
+        if let Some(v) = &got {
+            let old = v.iter().filter(|&&x| x == 0xee).count();
+            assert!(
+                v.len() == 64 * MIB && old == v.len(),
+                "round {round}: stored {} bytes, {old} of them from before the reuse",
+                v.len()
+            );
+        }
+    }
+    let cma_reads = rt.block_on(info_field(&observer, "stats", "cma_reads"));
+    assert!(
+        cma_reads > 0,
+        "the node never copied over cross-memory attach"
+    );
+    let abandoned = rt.block_on(info_field(&observer, "stats", "puts_abandoned"));
+    assert!(abandoned > 0, "no put was given up mid-copy");
+}
+
 /// More GETs than the node allows leases: the refused ones come back
 /// `BUSY` and are retried alone once the batch's leases are released.
 #[tokio::test]
