@@ -294,15 +294,7 @@ fn put_and_cut(addr: String, key: &'static [u8]) -> bool {
 #[test]
 fn buffer_dropped_mid_read_outside_its_runtime_returns_at_once() {
     let node = Node::start(&[]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let cfg = ClientConfig {
-        cma: false,
-        ..ClientConfig::new(node.addr())
-    };
-    let victim = rt.block_on(Client::connect_with(cfg)).expect("connect");
+    let (rt, victim) = tcp_client_on_its_own_runtime(&node);
     let mut caught = 0;
     for _ in 0..5 {
         let mut b = victim.alloc(64 * MIB).expect("alloc");
@@ -311,21 +303,7 @@ fn buffer_dropped_mid_read_outside_its_runtime_returns_at_once() {
         // Runs the put until the data plane is sending the buffer; then
         // the put is dropped, and the serving task waits in the runtime
         // with the read half sent.
-        let mid_read = rt.block_on(async {
-            let put = victim.put_from(b"dropped", &b, 0..64 * MIB);
-            tokio::pin!(put);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = &mut put => return false,
-                    () = tokio::task::yield_now() => {
-                        if stats.reads_in_progress.load(Ordering::SeqCst) > 0 {
-                            return true;
-                        }
-                    }
-                }
-            }
-        });
+        let mid_read = rt.block_on(put_until_mid_read(&victim, b"dropped", &b));
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             drop(b);
@@ -354,37 +332,15 @@ fn buffer_dropped_mid_read_outside_its_runtime_returns_at_once() {
 #[test]
 fn put_given_up_mid_pull_then_reused_stores_no_mixed_value() {
     let node = Node::start(&[]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let cfg = ClientConfig {
-        cma: false,
-        ..ClientConfig::new(node.addr())
-    };
-    let victim = rt.block_on(Client::connect_with(cfg)).expect("connect");
+    let (rt, victim) = tcp_client_on_its_own_runtime(&node);
     let observer = rt.block_on(node.client());
     let mut b = victim.alloc(64 * MIB).expect("alloc");
     let mut caught = 0;
-    for round in 0..5 {
+    for round in 0..5u64 {
         let key = format!("reused-{round}");
         b.as_mut_slice().fill(0xee);
         let stats = victim.data_plane_stats();
-        let mid_read = rt.block_on(async {
-            let put = victim.put_from(key.as_bytes(), &b, 0..64 * MIB);
-            tokio::pin!(put);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = &mut put => return false,
-                    () = tokio::task::yield_now() => {
-                        if stats.reads_in_progress.load(Ordering::SeqCst) > 0 {
-                            return true;
-                        }
-                    }
-                }
-            }
-        });
+        let mid_read = rt.block_on(put_until_mid_read(&victim, key.as_bytes(), &b));
         // The put is dropped: its buffer is the caller's again.
         b.as_mut_slice().fill(0x11);
         let got = rt.block_on(async {
@@ -395,14 +351,7 @@ fn put_given_up_mid_pull_then_reused_stores_no_mixed_value() {
             assert!(ended, "the read never ended");
             observer.get(key.as_bytes()).await.expect("get")
         });
-        if let Some(v) = &got {
-            let old = v.iter().filter(|&&x| x == 0xee).count();
-            assert!(
-                v.len() == 64 * MIB && old == v.len(),
-                "round {round}: stored {} bytes, {old} of them from before the reuse",
-                v.len()
-            );
-        }
+        assert_whole_or_nothing(round, got.as_deref());
         caught += usize::from(mid_read);
         // The next call connects afresh and works.
         rt.block_on(victim.put_from(b"after", &b, 0..MIB))
@@ -440,14 +389,7 @@ fn put_given_up_over_cma_then_reused_stores_no_mixed_value() {
             tokio::time::sleep(Duration::from_millis(300)).await;
             observer.get(key.as_bytes()).await.expect("get")
         });
-        if let Some(v) = &got {
-            let old = v.iter().filter(|&&x| x == 0xee).count();
-            assert!(
-                v.len() == 64 * MIB && old == v.len(),
-                "round {round}: stored {} bytes, {old} of them from before the reuse",
-                v.len()
-            );
-        }
+        assert_whole_or_nothing(round, got.as_deref());
     }
     let cma_reads = rt.block_on(info_field(&observer, "stats", "cma_reads"));
     assert!(
@@ -456,6 +398,55 @@ fn put_given_up_over_cma_then_reused_stores_no_mixed_value() {
     );
     let abandoned = rt.block_on(info_field(&observer, "stats", "puts_abandoned"));
     assert!(abandoned > 0, "no put was given up mid-copy");
+}
+
+/// A put of 64 MiB of `0xee` that was given up, its buffer then filled
+/// with `0x11`, stored nothing or all of its old bytes: never a mix.
+fn assert_whole_or_nothing(round: u64, stored: Option<&[u8]>) {
+    if let Some(v) = stored {
+        let old = v.iter().filter(|&&x| x == 0xee).count();
+        assert!(
+            v.len() == 64 * MIB && old == v.len(),
+            "round {round}: stored {} bytes, {old} of them from before the reuse",
+            v.len()
+        );
+    }
+}
+
+/// A current-thread runtime, driven only inside `block_on`, and a client
+/// on it that keeps to the TCP data plane: while nothing drives the
+/// runtime, a read the client's data plane is serving stands still.
+fn tcp_client_on_its_own_runtime(node: &Node) -> (tokio::runtime::Runtime, Client) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cfg = ClientConfig {
+        cma: false,
+        ..ClientConfig::new(node.addr())
+    };
+    let client = rt.block_on(Client::connect_with(cfg)).expect("connect");
+    (rt, client)
+}
+
+/// Runs a put of all of `b` until the client's data plane is sending it
+/// to the node, then drops it there (`true`), or sees it finish first
+/// (`false`).
+async fn put_until_mid_read(client: &Client, key: &[u8], b: &strata_client::Buffer) -> bool {
+    let stats = client.data_plane_stats();
+    let put = client.put_from(key, b, 0..b.len());
+    tokio::pin!(put);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut put => return false,
+            () = tokio::task::yield_now() => {
+                if stats.reads_in_progress.load(Ordering::SeqCst) > 0 {
+                    return true;
+                }
+            }
+        }
+    }
 }
 
 /// More GETs than the node allows leases: the refused ones come back
