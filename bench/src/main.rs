@@ -200,6 +200,11 @@ struct Args {
     /// 1000; 0: off).
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
+    /// µs with nothing arriving after which an exchange whose reply has
+    /// begun stops polling for the rest and sleeps (the client's
+    /// `stream_spin_us`, at most 1000; 0: off).
+    #[arg(long, default_value_t = strata_client::DEFAULT_STREAM_SPIN_US)]
+    stream_spin_us: u64,
     /// Congestion control of this client's sockets: auto, host, or a name
     /// such as cubic (the client's `tcp_congestion`; default: auto).
     #[arg(long)]
@@ -401,6 +406,7 @@ fn new_plan(
     client.inline_put_max = args.inline_put_max as u64;
     client.tcp_congestion = args.tcp_congestion.clone();
     client.spin_us = args.spin_us;
+    client.stream_spin_us = args.stream_spin_us;
     Plan {
         client,
         api,

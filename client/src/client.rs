@@ -49,15 +49,17 @@ impl Client {
     /// Binds the data plane and learns the slot map from the first seed
     /// that answers (so wrong addresses fail here, not on first use).
     pub async fn connect_with(cfg: ClientConfig) -> Result<Self> {
-        if cfg.spin_us > crate::SPIN_MAX.as_micros() as u64 {
-            let max = crate::SPIN_MAX.as_micros();
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "spin_us {} is out of range (allowed 0 ..= {max})",
-                    cfg.spin_us
-                ),
-            )));
+        for (name, us) in [
+            ("spin_us", cfg.spin_us),
+            ("stream_spin_us", cfg.stream_spin_us),
+        ] {
+            if us > crate::SPIN_MAX.as_micros() as u64 {
+                let max = crate::SPIN_MAX.as_micros();
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{name} {us} is out of range (allowed 0 ..= {max})"),
+                )));
+            }
         }
         let congestion = strata_rdma::sockopt::resolve(cfg.tcp_congestion.as_deref())
             .map_err(|e| Error::Io(std::io::Error::other(format!("tcp_congestion: {e}"))))?;

@@ -94,6 +94,17 @@ pub struct ClientConfig {
     ///
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     pub spin_us: u64,
+    /// Once a reply has begun to arrive (or a long request to drain), the
+    /// exchange polls for the rest instead of sleeping between bursts,
+    /// until this long passes with nothing arriving (at most
+    /// [`SPIN_MAX`]; counted the same way as `spin_us`, which it extends
+    /// and never shortens). Costs a core only while a transfer is under
+    /// way, never while waiting for a node to start answering. 0: off.
+    /// Default [`DEFAULT_STREAM_SPIN_US`] (docs/BENCHMARKS.md §2i).
+    ///
+    /// [`SPIN_MAX`]: crate::SPIN_MAX
+    /// [`DEFAULT_STREAM_SPIN_US`]: crate::DEFAULT_STREAM_SPIN_US
+    pub stream_spin_us: u64,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
@@ -154,6 +165,7 @@ impl ClientConfig {
             inline_put_max: DEFAULT_INLINE_PUT_MAX,
             tcp_congestion: None,
             spin_us: 0,
+            stream_spin_us: crate::DEFAULT_STREAM_SPIN_US,
         }
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct Node {
     tcp_congestion: Option<String>,
     /// `ClientConfig::spin_us`.
     spin: Duration,
+    /// `ClientConfig::stream_spin_us`.
+    stream_spin: Duration,
 }
 
 impl Node {
@@ -65,6 +67,7 @@ impl Node {
         cma_local: Option<Arc<Local>>,
         tcp_congestion: Option<String>,
         spin: Duration,
+        stream_spin: Duration,
     ) -> Self {
         Self {
             addr: addr.to_owned(),
@@ -79,6 +82,7 @@ impl Node {
             cma_logged: AtomicBool::new(false),
             tcp_congestion,
             spin,
+            stream_spin,
         }
     }
 
@@ -238,6 +242,7 @@ impl Node {
                 Ok(replies)
             }),
             self.spin,
+            self.stream_spin,
         )
         .await;
         cut.disarm();

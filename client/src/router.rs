@@ -157,6 +157,7 @@ impl Router {
             self.cma.clone(),
             self.cfg.tcp_congestion.clone(),
             std::time::Duration::from_micros(self.cfg.spin_us),
+            std::time::Duration::from_micros(self.cfg.stream_spin_us),
         ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node

@@ -1,7 +1,9 @@
-//! Opt-in polling for a reply before sleeping (`ClientConfig::spin_us`):
-//! each exchange with a node polls its sockets instead of sleeping until
-//! that long passes with nothing arriving (see `strata_rdma::spin`). The
-//! node's side of the same wait is its `busy_poll_us`.
+//! Polling for a reply instead of sleeping: each exchange with a node
+//! polls its sockets until a window passes with nothing arriving (see
+//! `strata_rdma::spin`). Before the reply begins the window is
+//! `ClientConfig::spin_us` (opt-in), once it is arriving
+//! `stream_spin_us` (on by default). The node's side of the same waits
+//! are its `busy_poll_us` and `stream_poll_us`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,17 +12,25 @@ use std::time::Duration;
 
 use strata_rdma::spin::Spinner;
 
-/// Most a call may spin (`spin_us` ≤ 1000).
+/// Most a call may spin (`spin_us`, `stream_spin_us` ≤ 1000).
 pub const SPIN_MAX: Duration = Duration::from_millis(1);
 
-/// Runs `f`, spinning while it keeps being woken within `spin` when a
-/// quarter of the cores (shared by every client of this process) are not
-/// spinning already. `f` comes pinned so that only the caller holds it
-/// (see `Spinner::run`).
-pub(crate) async fn spun<F: Future + ?Sized>(f: Pin<&mut F>, spin: Duration) -> F::Output {
+/// `ClientConfig::stream_spin_us` unless set.
+pub const DEFAULT_STREAM_SPIN_US: u64 = strata_rdma::spin::STREAM_US_DEFAULT;
+
+/// Runs `f`, spinning while it keeps being woken within `spin` (before
+/// its first wake-up) or `stream` (after it) when a quarter of the cores
+/// (shared by every client of this process) are not spinning already.
+/// `f` comes pinned so that only the caller holds it (see
+/// `Spinner::run`).
+pub(crate) async fn spun<F: Future + ?Sized>(
+    f: Pin<&mut F>,
+    spin: Duration,
+    stream: Duration,
+) -> F::Output {
     static SPINNER: OnceLock<Spinner> = OnceLock::new();
     let spinner = SPINNER.get_or_init(|| {
         Spinner::quarter_of(std::thread::available_parallelism().map_or(1, |n| n.get()))
     });
-    spinner.run(f, spin, || {}).await.0
+    spinner.run(f, spin, stream, || {}).await.0
 }

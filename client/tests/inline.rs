@@ -156,6 +156,19 @@ fn spinning_calls_get_their_replies_on_either_runtime() {
                     .contains("spin_us 1001 is out of range (allowed 0 ..= 1000)"),
                 "{err}"
             );
+            let bad = strata_client::ClientConfig {
+                stream_spin_us: 1001,
+                ..strata_client::ClientConfig::new(node.addr())
+            };
+            let err = strata_client::Client::connect_with(bad)
+                .await
+                .err()
+                .expect("refused");
+            assert!(
+                err.to_string()
+                    .contains("stream_spin_us 1001 is out of range (allowed 0 ..= 1000)"),
+                "{err}"
+            );
         });
     }
 }

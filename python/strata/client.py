@@ -52,6 +52,7 @@ class Client:
             c.cma_lanes,
             c.split_get_min_bytes,
             c.spin_us,
+            c.stream_spin_us,
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -47,6 +47,10 @@ class ClientConfig:
     arriving (64 times this in all at most), so a quick reply, or a long
     one arriving in bursts, costs no sleep and wake-up; at most a quarter
     of the cores spin at once per process; 0 (default): never. Worth it only with idle cores (one caller per host).
+    ``stream_spin_us``: once a reply has begun to arrive, a call polls for
+    the rest instead of sleeping between its bursts, until this long (at
+    most 1000 us) passes with nothing arriving; it costs a core only while
+    a transfer runs. 50 (default); 0: never.
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -68,6 +72,7 @@ class ClientConfig:
     cma_lanes: int = 2
     split_get_min_bytes: int = 0
     spin_us: int = 0
+    stream_spin_us: int = 50
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

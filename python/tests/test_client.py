@@ -194,6 +194,8 @@ def test_config_forms(server):
         strata.Client(server.addr, threads=65)
     with pytest.raises(strata.InvalidArgumentError, match="spin_us must be in 0..=1000"):
         strata.Client(server.addr, spin_us=1001)
+    with pytest.raises(strata.InvalidArgumentError, match="stream_spin_us must be in 0..=1000"):
+        strata.Client(server.addr, stream_spin_us=1001)
 
 
 @pytest.mark.parametrize("threads,spin_us", [(0, 0), (0, 200), (2, 0)])

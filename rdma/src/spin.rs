@@ -19,12 +19,44 @@ use std::time::{Duration, Instant};
 /// (1 ms) that is 64 ms, longer than a 64 MiB transfer over loopback here.
 pub const SPIN_TURNS_MAX: u32 = 64;
 
+/// A turn that gives the runtime back for longer than this found other
+/// work to run on this thread (ten times as long in a debug build, whose
+/// idle turns are that much slower). After [`BUSY_TURNS`] such
+/// turns in a row the thread is not going to sleep anyway, so spinning
+/// saves no wake-up and only adds a poll of the I/O driver per turn, and
+/// the spin ends. Over loopback here an idle turn took 1-3 µs. With four
+/// clients' 1 MiB PUTs on a node pinned to one CPU, the node polling ran
+/// them at 0.89-0.94 of not polling (`stream_poll_us`) and 0.68-0.71
+/// (`busy_poll_us` 200) before this rule, and at 0.98 and 1.09 with it
+/// (docs/BENCHMARKS.md §2i).
+pub const BUSY_TURN: Duration = if cfg!(debug_assertions) {
+    Duration::from_micros(100)
+} else {
+    Duration::from_micros(10)
+};
+
+/// Long turns in a row that end a spin (see [`BUSY_TURN`]): one alone may
+/// be the thread being preempted.
+pub const BUSY_TURNS: u32 = 2;
+
+/// Default window once a transfer is under way (the node's
+/// `stream_poll_us`, the client's `stream_spin_us`). On a 2-vCPU VM with
+/// node and client on their own CPUs, single 1 MiB GETs and PUTs over TCP
+/// ran 1.12-1.16× faster with it (the reading side's half: the client's
+/// for a GET, the node's for a PUT), 64 KiB and 4 MiB calls and four
+/// clients within the spread; with the two sharing the CPUs nothing moved
+/// (docs/BENCHMARKS.md §2i). Bursts of a transfer over loopback came well
+/// within 50 µs.
+pub const STREAM_US_DEFAULT: u64 = 50;
+
 /// Lets at most `cap` futures spin at once: each spinning one can keep a
 /// thread from sleeping, and the rest of the work needs the other cores.
 #[derive(Debug)]
 pub struct Spinner {
     cap: usize,
     spinning: AtomicUsize,
+    /// [`BUSY_TURN`]; `None` in tests that need a spin to last.
+    busy_turn: Option<Duration>,
 }
 
 impl Spinner {
@@ -36,26 +68,40 @@ impl Spinner {
         Self {
             cap: (threads / 4).max(1),
             spinning: AtomicUsize::new(0),
+            busy_turn: Some(BUSY_TURN),
         }
+    }
+
+    /// Never ends a spin for a busy thread (for tests whose threads may be
+    /// preempted at any time).
+    #[cfg(test)]
+    fn patient(mut self) -> Self {
+        self.busy_turn = None;
+        self
     }
 
     pub fn cap(&self) -> usize {
         self.cap
     }
 
-    /// Runs `f`, first polling it without sleeping while fewer than `cap`
-    /// futures spin now and `f` keeps being woken: the spin ends once
-    /// `spin` has passed with no wake-up (0: never spin), or after
-    /// [`SPIN_TURNS_MAX`] × `spin` in all. Each turn yields to the
-    /// runtime, which then polls its I/O driver with a zero timeout
-    /// (tokio runs yielded tasks only after that poll), so readiness is
-    /// seen within a syscall of its arrival and the thread never pays a
-    /// sleep and a wake-up for it.
+    /// Runs `f`, polling it without sleeping while fewer than `cap`
+    /// futures spin now and `f` keeps being woken: the spin ends once a
+    /// window has passed with no wake-up, or after [`SPIN_TURNS_MAX`]
+    /// windows in all. Until `f`'s first wake-up the window is `idle`
+    /// (0: sleep as usual until then); after it, `stream` if longer. Each
+    /// turn yields to the runtime, which then polls its I/O driver with a
+    /// zero timeout (tokio runs yielded tasks only after that poll), so
+    /// readiness is seen within a syscall of its arrival and the thread
+    /// never pays a sleep and a wake-up for it.
     ///
     /// The window restarts at each wake-up because a long reply arrives
     /// as many bursts: a budget counted from the start ran out in the
     /// middle of a 1 MiB reply (~300 µs here), after which the reader
-    /// slept and woke once per burst (docs/BENCHMARKS.md §2i).
+    /// slept and woke once per burst (docs/BENCHMARKS.md §2i). `stream`
+    /// is for exactly that: a future woken once and still pending is in
+    /// the middle of a transfer whose next bytes are microseconds away,
+    /// so polling for them costs a core only for as long as the transfer
+    /// runs, and never while nothing is coming.
     ///
     /// `ran_out` runs when the spin ends with `f` still pending, before
     /// `f` is awaited as usual. Also returns whether `f` finished while
@@ -68,41 +114,78 @@ impl Spinner {
     pub async fn run<F: Future + ?Sized>(
         &self,
         mut f: Pin<&mut F>,
-        spin: Duration,
+        idle: Duration,
+        stream: Duration,
         ran_out: impl FnOnce(),
     ) -> (F::Output, bool) {
-        let Some(slot) = self.slot(spin) else {
+        let after = idle.max(stream);
+        if after.is_zero() {
             return (f.await, false);
-        };
-        let start = Instant::now();
-        let mut last_wake = start;
+        }
         // The task's waker wrapped once (again only if the task's changes).
         let mut woken: Option<(Arc<Woken>, Waker)> = None;
-        loop {
-            let once = std::future::poll_fn(|cx| {
-                let (_, waker) = match woken.take() {
-                    Some((w, waker)) if w.inner.will_wake(cx.waker()) => woken.insert((w, waker)),
-                    _ => {
-                        let w = Woken::new(cx.waker());
-                        woken.insert((w.clone(), Waker::from(w)))
-                    }
-                };
-                Poll::Ready(f.as_mut().poll(&mut Context::from_waker(waker)))
+        let mut poll = |cx: &mut Context<'_>| {
+            let (_, waker) = match woken.take() {
+                Some((w, waker)) if w.inner.will_wake(cx.waker()) => woken.insert((w, waker)),
+                _ => {
+                    let w = Woken::new(cx.waker());
+                    woken.insert((w.clone(), Waker::from(w)))
+                }
+            };
+            let woke =
+                |woken: &Option<(Arc<Woken>, Waker)>| woken.as_ref().is_some_and(|(w, _)| w.take());
+            let p = f.as_mut().poll(&mut Context::from_waker(waker));
+            (p, woke(&woken))
+        };
+        let mut window = idle;
+        let mut slot = self.slot(idle);
+        if slot.is_none() {
+            if stream.is_zero() {
+                return (std::future::poll_fn(|cx| poll(cx).0).await, false);
+            }
+            // Sleep as usual until the first wake-up that leaves `f`
+            // still pending: from there on it is mid-transfer.
+            let first = std::future::poll_fn(|cx| match poll(cx) {
+                (Poll::Ready(v), _) => Poll::Ready(Some(v)),
+                (Poll::Pending, true) => Poll::Ready(None),
+                (Poll::Pending, false) => Poll::Pending,
             })
             .await;
+            if let Some(v) = first {
+                return (v, false);
+            }
+            slot = self.slot(after);
+            if slot.is_none() {
+                return (std::future::poll_fn(|cx| poll(cx).0).await, false);
+            }
+            window = after;
+        }
+        let start = Instant::now();
+        let mut last_wake = start;
+        // Turns that found other work on this thread (see `BUSY_TURN`).
+        let mut busy = 0;
+        loop {
+            let (once, woke) = std::future::poll_fn(|cx| Poll::Ready(poll(cx))).await;
             if let Poll::Ready(v) = once {
                 return (v, true);
             }
             let now = Instant::now();
-            if woken.as_ref().is_some_and(|(w, _)| w.take()) {
+            if woke {
                 last_wake = now;
+                window = after;
             }
-            if now - last_wake >= spin || now - start >= spin * SPIN_TURNS_MAX {
+            if now - last_wake >= window
+                || now - start >= after * SPIN_TURNS_MAX
+                || busy >= BUSY_TURNS
+            {
                 drop(slot);
                 ran_out();
-                return (f.await, false);
+                return (std::future::poll_fn(|cx| poll(cx).0).await, false);
             }
             tokio::task::yield_now().await;
+            if let Some(long) = self.busy_turn {
+                busy = if now.elapsed() > long { busy + 1 } else { 0 };
+            }
         }
     }
 
@@ -186,11 +269,101 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_ready_future_is_found_while_spinning() {
+    async fn stream_only_sleeps_until_the_first_wake_up_then_spins() {
+        // A transfer in two bursts 30 ms apart, then done 2 ms after the
+        // second: with only a stream window of 20 ms, the wait for the
+        // first burst is a plain sleep (no slot held, no spin), and the
+        // 2 ms after it are spun through.
+        let s = Spinner::quarter_of(4).patient();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            tx.send(()).expect("receiver alive");
+            std::thread::sleep(Duration::from_millis(2));
+            tx.send(()).expect("receiver alive");
+        });
+        let held_while_idle = std::cell::Cell::new(None);
+        let spinning = &s.spinning;
+        let two = std::pin::pin!(async {
+            held_while_idle.set(Some(spinning.load(Ordering::Acquire)));
+            rx.recv().await.expect("first");
+            rx.recv().await.expect("second");
+        });
+        let mut ran_out = false;
+        let ((), found) = s
+            .run(two, Duration::ZERO, Duration::from_millis(20), || {
+                ran_out = true
+            })
+            .await;
+        sender.join().expect("sender");
+        assert_eq!(
+            held_while_idle.get(),
+            Some(0),
+            "no slot before the first wake-up"
+        );
+        assert!(found && !ran_out, "spun from the first burst to the end");
+        assert_eq!(s.spinning.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn stream_only_never_spins_for_a_call_done_at_its_first_wake_up() {
+        let s = Spinner::quarter_of(4).patient();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            tx.send(3).expect("receiver alive");
+        });
+        let mut ran_out = false;
+        let one = std::pin::pin!(async { rx.await.expect("sent") });
+        let (v, found) = s
+            .run(one, Duration::ZERO, Duration::from_millis(20), || {
+                ran_out = true
+            })
+            .await;
+        sender.join().expect("sender");
+        assert_eq!(v, 3);
+        assert!(!found && !ran_out, "finished without a spin");
+        assert_eq!(s.spinning.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_spin_ends_when_other_tasks_keep_the_thread_busy() {
+        // Another task on the same thread takes 1 ms each time it runs:
+        // each turn of the spin lasts that long, so after BUSY_TURNS of
+        // them the spin ends, long before its 20 ms window would.
         let s = Spinner::quarter_of(4);
+        let stop = Arc::new(AtomicBool::new(false));
+        let hog = tokio::spawn({
+            let stop = Arc::clone(&stop);
+            async move {
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let start = Instant::now();
+        let mut spun_for = None;
+        let f = std::pin::pin!(tokio::time::sleep(Duration::from_millis(100)));
+        let ((), found) = s
+            .run(f, Duration::from_millis(20), Duration::ZERO, || {
+                spun_for = Some(start.elapsed())
+            })
+            .await;
+        stop.store(true, Ordering::Release);
+        hog.await.expect("hog");
+        let spun_for = spun_for.expect("the spin ended");
+        assert!(!found);
+        assert!(spun_for < Duration::from_millis(15), "{spun_for:?}");
+        assert_eq!(s.spinning.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_ready_future_is_found_while_spinning() {
+        let s = Spinner::quarter_of(4).patient();
         let mut ran_out = false;
         assert_eq!(
-            s.run(std::pin::pin!(async { 7 }), SPIN, || ran_out = true)
+            s.run(std::pin::pin!(async { 7 }), SPIN, SPIN, || ran_out = true)
                 .await,
             (7, true)
         );
@@ -200,12 +373,14 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_slow_future_is_awaited_after_the_spin_runs_out() {
-        let s = Spinner::quarter_of(4);
+        let s = Spinner::quarter_of(4).patient();
         let start = Instant::now();
         let mut ran_out = false;
         let f = std::pin::pin!(tokio::time::sleep(Duration::from_millis(20)));
         let ((), found) = s
-            .run(f, Duration::from_micros(200), || ran_out = true)
+            .run(f, Duration::from_micros(200), Duration::ZERO, || {
+                ran_out = true
+            })
             .await;
         assert!(!found && ran_out);
         assert!(start.elapsed() >= Duration::from_millis(20));
@@ -217,7 +392,7 @@ mod tests {
         // Ten messages 5 ms apart take ~50 ms, far past the 20 ms window:
         // a budget counted from the start would run out; one counted from
         // the last wake-up keeps spinning and finds the end.
-        let s = Spinner::quarter_of(4);
+        let s = Spinner::quarter_of(4).patient();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let sender = std::thread::spawn(move || {
             for i in 0..10 {
@@ -235,7 +410,9 @@ mod tests {
         });
         let mut ran_out = false;
         let (n, found) = s
-            .run(all, Duration::from_millis(20), || ran_out = true)
+            .run(all, Duration::from_millis(20), Duration::ZERO, || {
+                ran_out = true
+            })
             .await;
         sender.join().expect("sender");
         assert_eq!(n, 10);
@@ -247,7 +424,7 @@ mod tests {
     async fn a_future_woken_forever_stops_spinning_at_the_ceiling() {
         // Wakes itself on every poll, so the idle window never ends it:
         // only the ceiling of SPIN_TURNS_MAX windows (6.4 ms) does.
-        let s = Spinner::quarter_of(4);
+        let s = Spinner::quarter_of(4).patient();
         let start = Instant::now();
         let until = start + Duration::from_millis(60);
         let restless = std::pin::pin!(std::future::poll_fn(|cx| {
@@ -259,7 +436,7 @@ mod tests {
         }));
         let mut spun_for = None;
         let ((), found) = s
-            .run(restless, Duration::from_micros(100), || {
+            .run(restless, Duration::from_micros(100), Duration::ZERO, || {
                 spun_for = Some(start.elapsed())
             })
             .await;

@@ -126,6 +126,10 @@ const KEYS: &[(&str, &str)] = &[
         "µs a connection polls its socket for the next request before it sleeps (0 = off); keeps a core busy while requests come",
     ),
     (
+        "stream_poll_us",
+        "µs a connection in the middle of a long request or reply polls its socket for the next bytes before it sleeps (0 = off); costs a core only while a transfer runs",
+    ),
+    (
         "notify_keyspace_events",
         "keyspace notifications to publish, Redis' flags (e.g. KEA; empty = none; CONFIG SET notify-keyspace-events changes it live)",
     ),
@@ -265,6 +269,9 @@ pub struct Cli {
     /// µs a connection polls for its next request before sleeping; 0 = off [default: 0].
     #[arg(long, env = "STRATA_BUSY_POLL_US")]
     busy_poll_us: Option<String>,
+    /// µs a connection mid-transfer polls for the next bytes before sleeping; 0 = off [default: 50].
+    #[arg(long, env = "STRATA_STREAM_POLL_US")]
+    stream_poll_us: Option<String>,
     /// Keyspace notifications, Redis' flags (e.g. KEA) [default: none].
     #[arg(long, env = "STRATA_NOTIFY_KEYSPACE_EVENTS")]
     notify_keyspace_events: Option<String>,
@@ -323,6 +330,7 @@ impl Cli {
             ("tcp_congestion", self.tcp_congestion.as_ref()),
             ("worker_threads", self.worker_threads.as_ref()),
             ("busy_poll_us", self.busy_poll_us.as_ref()),
+            ("stream_poll_us", self.stream_poll_us.as_ref()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.as_ref(),
@@ -399,6 +407,8 @@ pub struct Config {
     pub worker_threads: u32,
     /// See `crate::busy_poll`; 0: off.
     pub busy_poll_us: u32,
+    /// See `crate::busy_poll`; 0: off.
+    pub stream_poll_us: u32,
     /// Keyspace notification flags at start, normalized (`CONFIG SET`
     /// changes the live ones, in `Node::pubsub`).
     pub notify_keyspace_events: String,
@@ -481,6 +491,7 @@ impl Default for Config {
             tcp_congestion: strata_rdma::sockopt::AUTO.into(),
             worker_threads: 0,
             busy_poll_us: 0,
+            stream_poll_us: strata_rdma::spin::STREAM_US_DEFAULT as u32,
             notify_keyspace_events: String::new(),
             pubsub_output_buffer_limit: 32 * MIB,
             log_level: "info".into(),
@@ -798,6 +809,9 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "busy_poll_us" => {
             cfg.busy_poll_us = int_in(v, 0, crate::busy_poll::BUSY_POLL_US_MAX)? as u32
         }
+        "stream_poll_us" => {
+            cfg.stream_poll_us = int_in(v, 0, crate::busy_poll::BUSY_POLL_US_MAX)? as u32
+        }
         "notify_keyspace_events" => {
             cfg.notify_keyspace_events = crate::pubsub::keyspace::Flags::parse(v)?.to_string()
         }
@@ -919,6 +933,7 @@ impl Config {
             ("tcp_congestion", self.tcp_congestion.clone()),
             ("worker_threads", self.worker_threads.to_string()),
             ("busy_poll_us", self.busy_poll_us.to_string()),
+            ("stream_poll_us", self.stream_poll_us.to_string()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.clone(),

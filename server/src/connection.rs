@@ -20,6 +20,7 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use strata_proto::request::{args, pending_bulk, scan, split_inline};
@@ -64,6 +65,11 @@ const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// straight into its arena chunk. Smaller ones mostly arrive in one read,
 /// where buffering costs nothing extra.
 const STREAM_VALUE_BYTES: usize = 64 * 1024;
+/// A request part-way in polls for the rest (`stream_poll_us`) only when
+/// its last read brought at least this much: bytes arriving in bulk are a
+/// transfer under way, while a client trickling a request in (slowly, or
+/// to hold a core) is left to sleep between its bytes.
+const STREAM_READ_BYTES: usize = 16 * 1024;
 
 /// A piece of queued reply output.
 enum Segment {
@@ -98,6 +104,8 @@ struct Conn<'a> {
     mail_unwritten: usize,
     /// Room the next read is offered (see [`READ_ROOM_MAX`]).
     read_room: usize,
+    /// Bytes the last read brought (see [`STREAM_READ_BYTES`]).
+    last_read: usize,
     /// Set when output was written (which may have waited): the run of
     /// requests' clock starts over.
     flushed: bool,
@@ -132,6 +140,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         budget: None,
         mail_unwritten: 0,
         read_room: READ_BUF_BYTES,
+        last_read: 0,
         flushed: false,
         session,
     };
@@ -226,7 +235,7 @@ impl Conn<'_> {
             self.rbuf.reserve(self.read_room);
             let offered = self.rbuf.capacity() - self.rbuf.len();
             let n = match self.session.mailbox() {
-                None => self.read_next().await?,
+                None => self.read_next(need).await?,
                 Some(mb) => {
                     // read_buf is cancel safe: a message wakes the
                     // connection without losing request bytes.
@@ -250,6 +259,7 @@ impl Conn<'_> {
             if n == 0 {
                 return Ok(());
             }
+            self.last_read = n;
             if n == offered {
                 self.read_room = (self.read_room * 2).min(READ_ROOM_MAX);
             } else if n < self.read_room / 4 {
@@ -263,19 +273,39 @@ impl Conn<'_> {
         }
     }
 
-    /// Reads what the client sent next, first polling for it for up to
-    /// `busy_poll_us` when busy polling is on and a slot is free (see
-    /// `crate::busy_poll`). Subscribers never spin: they wait on their
-    /// mailbox too, and their requests are rare.
-    async fn read_next(&mut self) -> std::io::Result<usize> {
-        let spin = std::time::Duration::from_micros(self.node.cfg.busy_poll_us.into());
+    /// Reads what the client sent next. Between requests, first polls for
+    /// it for up to `busy_poll_us` when busy polling is on and a slot is
+    /// free (see `crate::busy_poll`); in the middle of a request arriving
+    /// in bulk with at least [`STREAM_VALUE_BYTES`] of its `need` still to
+    /// come, for up to `stream_poll_us` (the rest of a smaller one is one
+    /// burst away, and polling for it measured no faster). Subscribers
+    /// never spin: they wait on their mailbox too, and their requests are
+    /// rare.
+    async fn read_next(&mut self, need: usize) -> std::io::Result<usize> {
+        let us = Duration::from_micros;
+        let busy = us(self.node.cfg.busy_poll_us.into());
+        let stream = us(self.node.cfg.stream_poll_us.into());
+        let between = self.rbuf.is_empty();
+        let streaming = !between
+            && self.last_read >= STREAM_READ_BYTES
+            && need.saturating_sub(self.rbuf.len()) >= STREAM_VALUE_BYTES;
+        let (idle, stream) = if streaming {
+            (busy.max(stream), stream)
+        } else {
+            (busy, Duration::ZERO)
+        };
+        // The busy-poll counters say how often waiting for the next request
+        // paid; a transfer's spins are another matter.
+        let counted = between && !busy.is_zero();
         let c = &self.node.metrics.counters;
         let read = std::pin::pin!(self.sock.read_buf(&mut self.rbuf));
         let ran_out = || {
-            c.busy_poll_misses_total.fetch_add(1, Relaxed);
+            if counted {
+                c.busy_poll_misses_total.fetch_add(1, Relaxed);
+            }
         };
-        let (n, found) = self.node.busy_poll.run(read, spin, ran_out).await;
-        if found && n.is_ok() {
+        let (n, found) = self.node.busy_poll.run(read, idle, stream, ran_out).await;
+        if counted && found && n.is_ok() {
             c.busy_poll_hits_total.fetch_add(1, Relaxed);
         }
         n
@@ -325,14 +355,24 @@ impl Conn<'_> {
         head.extend_from_slice(b"$0\r\n");
         let dst = res.as_mut_slice();
         dst[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
+        let stream = Duration::from_micros(node.cfg.stream_poll_us.into());
+        let mut last = self.last_read;
         self.rbuf.clear();
         let mut filled = have;
         while filled < dst.len() {
-            let n = self.sock.read(&mut dst[filled..]).await?;
+            // Mid-value: poll for the rest while it arrives in bulk.
+            let window = if last < STREAM_READ_BYTES {
+                Duration::ZERO
+            } else {
+                stream
+            };
+            let read = std::pin::pin!(self.sock.read(&mut dst[filled..]));
+            let n = node.busy_poll.run(read, window, window, || {}).await.0?;
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
             filled += n;
+            last = n;
             node.metrics
                 .counters
                 .net_input_bytes_total

@@ -239,13 +239,19 @@ fn commands_are_counted_by_name() {
 /// With `busy_poll_us`, a connection whose next request comes within the
 /// window finds it while polling (a hit), and one that waits longer sleeps
 /// after the window (a miss); both still get every reply right. Off by
-/// default: no connection polls.
+/// default: no connection polls between requests, and the polling for the
+/// rest of a long value (`stream_poll_us`, on by default) is not counted.
 #[test]
 fn busy_polling_finds_close_requests_and_sleeps_after_the_window() {
     let off = Server::start(&[]);
     let mut con = off.client(false);
     for i in 0..50 {
         set(&mut con, format!("bp-{i}").as_bytes(), b"v");
+    }
+    for i in 0..4u8 {
+        let long = pattern(4 << 20, i);
+        set(&mut con, b"bp-long", &long);
+        assert_eq!(get(&mut con, b"bp-long"), Some(long));
     }
     assert_eq!(off.metric("strata_busy_poll_hits_total"), 0.0);
     assert_eq!(off.metric("strata_busy_poll_misses_total"), 0.0);
