@@ -66,6 +66,7 @@ impl Client {
         let listen = Listen {
             advertise_host: cfg.data_advertise.clone(),
             tcp_congestion: congestion.clone(),
+            stream_spin: std::time::Duration::from_micros(cfg.stream_spin_us),
         };
         let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, listen)
             .await

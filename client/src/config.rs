@@ -98,8 +98,10 @@ pub struct ClientConfig {
     /// exchange polls for the rest instead of sleeping between bursts,
     /// until this long passes with nothing arriving (at most
     /// [`SPIN_MAX`]; counted the same way as `spin_us`, which it extends
-    /// and never shortens). Costs a core only while a transfer is under
-    /// way, never while waiting for a node to start answering. 0: off.
+    /// and never shortens); the TCP data plane's reads (values above
+    /// `inline_get_max`, the larger values of a batch) poll the same way.
+    /// Costs a core only while a transfer is under way, never while
+    /// waiting for a node to start answering. 0: off.
     /// Default [`DEFAULT_STREAM_SPIN_US`] (docs/BENCHMARKS.md §2i).
     ///
     /// [`SPIN_MAX`]: crate::SPIN_MAX

@@ -7,10 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::time::Duration;
-
-use strata_rdma::spin::Spinner;
 
 /// Most a call may spin (`spin_us`, `stream_spin_us` ≤ 1000).
 pub const SPIN_MAX: Duration = Duration::from_millis(1);
@@ -28,9 +25,8 @@ pub(crate) async fn spun<F: Future + ?Sized>(
     spin: Duration,
     stream: Duration,
 ) -> F::Output {
-    static SPINNER: OnceLock<Spinner> = OnceLock::new();
-    let spinner = SPINNER.get_or_init(|| {
-        Spinner::quarter_of(std::thread::available_parallelism().map_or(1, |n| n.get()))
-    });
-    spinner.run(f, spin, stream, || {}).await.0
+    strata_rdma::spin::shared()
+        .run(f, spin, stream, || {})
+        .await
+        .0
 }

@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::tcp::{TcpConfig, TcpStats, TcpTransport};
 #[cfg(feature = "rdma")]
@@ -58,6 +59,8 @@ pub struct Listen {
     /// Congestion control of the TCP data plane's sockets; `None`: the
     /// host's default (see [`crate::sockopt`]).
     pub tcp_congestion: Option<String>,
+    /// See [`TcpConfig::stream_spin`] (zero: off).
+    pub stream_spin: Duration,
 }
 
 impl DataPlane {
@@ -70,10 +73,12 @@ impl DataPlane {
     ) -> Result<DataPlane, StartError> {
         let advertise_host = listen.advertise_host;
         let congestion = listen.tcp_congestion;
+        let stream_spin = listen.stream_spin;
         let tcp = |advertise_host| async move {
             let cfg = TcpConfig {
                 advertise_host,
                 congestion,
+                stream_spin,
                 ..Default::default()
             };
             Ok(DataPlane::Tcp(TcpTransport::bind_with(addr, cfg).await?))

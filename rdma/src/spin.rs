@@ -49,6 +49,16 @@ pub const BUSY_TURNS: u32 = 2;
 /// within 50 µs.
 pub const STREAM_US_DEFAULT: u64 = 50;
 
+/// The spinner of this process's transfers (a quarter of its cores): the
+/// client's exchanges and the TCP data plane's reads share it, so that
+/// together they keep no more cores awake than either alone would.
+pub fn shared() -> &'static Spinner {
+    static SHARED: std::sync::OnceLock<Spinner> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        Spinner::quarter_of(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
 /// Lets at most `cap` futures spin at once: each spinning one can keep a
 /// thread from sleeping, and the rest of the work needs the other cores.
 #[derive(Debug)]

@@ -83,6 +83,11 @@ pub struct TcpConfig {
     /// Congestion control of this transport's sockets (see
     /// [`crate::sockopt`]); `None`: the host's default.
     pub congestion: Option<String>,
+    /// Once the first bytes of a read's responses have arrived, the read
+    /// polls for the rest instead of sleeping between bursts until this
+    /// long passes with nothing arriving (see [`crate::spin`]; the node's
+    /// `stream_poll_us`, the client's `stream_spin_us`). Zero: off.
+    pub stream_spin: Duration,
 }
 
 impl Default for TcpConfig {
@@ -94,6 +99,7 @@ impl Default for TcpConfig {
             served_conns_max: SERVED_CONNS_MAX,
             advertise_host: None,
             congestion: None,
+            stream_spin: Duration::from_micros(crate::spin::STREAM_US_DEFAULT),
         }
     }
 }
@@ -201,6 +207,18 @@ impl TcpTransport {
     /// Live counters of this transport.
     pub fn stats(&self) -> &TcpStats {
         &self.stats
+    }
+
+    /// Runs a read, polling for the rest of its responses once their first
+    /// bytes woke it (`TcpConfig::stream_spin`).
+    async fn streamed<F: std::future::Future + ?Sized>(
+        &self,
+        read: std::pin::Pin<&mut F>,
+    ) -> F::Output {
+        crate::spin::shared()
+            .run(read, Duration::ZERO, self.config.stream_spin, || {})
+            .await
+            .0
     }
 
     fn peer(&self, endpoint: &str) -> Result<Arc<Peer>, TransferError> {
@@ -719,19 +737,23 @@ impl Transport for TcpTransport {
         dst: &Region,
         dst_offset: u64,
     ) -> Result<(), TransferError> {
-        let pieces = (src.len / SPLIT_PIECE_BYTES_MIN).min(self.config.conns_per_peer as u64);
-        if pieces >= 2 {
-            return self.read_split(src, dst, dst_offset, pieces).await;
-        }
-        let dst = self.destination(src, dst, dst_offset)?;
-        // Dropping the future on timeout drops the connection with it.
-        timeout(self.config.read_timeout, self.pull(src, dst))
-            .await
-            .map_err(|_| TransferError::Timeout)?
+        let read = async {
+            let pieces = (src.len / SPLIT_PIECE_BYTES_MIN).min(self.config.conns_per_peer as u64);
+            if pieces >= 2 {
+                return self.read_split(src, dst, dst_offset, pieces).await;
+            }
+            let dst = self.destination(src, dst, dst_offset)?;
+            // Dropping the future on timeout drops the connection with it.
+            timeout(self.config.read_timeout, self.pull(src, dst))
+                .await
+                .map_err(|_| TransferError::Timeout)?
+        };
+        self.streamed(std::pin::pin!(read)).await
     }
 
     async fn read_many<'a>(&'a self, ops: &'a [ReadOp<'a>]) -> Vec<Result<(), TransferError>> {
-        self.read_batch(ops, BATCH_BYTES_PER_CONN).await
+        let read = self.read_batch(ops, BATCH_BYTES_PER_CONN);
+        self.streamed(std::pin::pin!(read)).await
     }
 }
 
