@@ -143,32 +143,30 @@ fn spinning_calls_get_their_replies_on_either_runtime() {
                     .expect("connect"),
             );
             tasks_set_and_get(&c, flavor, 8, 50, 4096).await;
-            let bad = strata_client::ClientConfig {
-                spin_us: 1001,
-                ..strata_client::ClientConfig::new(node.addr())
-            };
-            let err = strata_client::Client::connect_with(bad)
-                .await
-                .err()
-                .expect("refused");
-            assert!(
-                err.to_string()
-                    .contains("spin_us 1001 is out of range (allowed 0 ..= 1000)"),
-                "{err}"
-            );
-            let bad = strata_client::ClientConfig {
-                stream_spin_us: 1001,
-                ..strata_client::ClientConfig::new(node.addr())
-            };
-            let err = strata_client::Client::connect_with(bad)
-                .await
-                .err()
-                .expect("refused");
-            assert!(
-                err.to_string()
-                    .contains("stream_spin_us 1001 is out of range (allowed 0 ..= 1000)"),
-                "{err}"
-            );
+            let base = || strata_client::ClientConfig::new(node.addr());
+            for (name, bad) in [
+                (
+                    "spin_us",
+                    strata_client::ClientConfig {
+                        spin_us: 1001,
+                        ..base()
+                    },
+                ),
+                (
+                    "stream_spin_us",
+                    strata_client::ClientConfig {
+                        stream_spin_us: 1001,
+                        ..base()
+                    },
+                ),
+            ] {
+                let err = strata_client::Client::connect_with(bad)
+                    .await
+                    .err()
+                    .expect("refused");
+                let want = format!("{name} 1001 is out of range (allowed 0 ..= 1000)");
+                assert!(err.to_string().contains(&want), "{err}");
+            }
         });
     }
 }
