@@ -142,61 +142,64 @@ impl Spinner {
                     woken.insert((w.clone(), Waker::from(w)))
                 }
             };
-            let woke =
-                |woken: &Option<(Arc<Woken>, Waker)>| woken.as_ref().is_some_and(|(w, _)| w.take());
             let p = f.as_mut().poll(&mut Context::from_waker(waker));
-            (p, woke(&woken))
+            (p, woken.as_ref().is_some_and(|(w, _)| w.take()))
         };
-        let mut window = idle;
-        let mut slot = self.slot(idle);
-        if slot.is_none() {
-            if stream.is_zero() {
-                return (std::future::poll_fn(|cx| poll(cx).0).await, false);
-            }
-            // Sleep as usual until the first wake-up that leaves `f`
-            // still pending: from there on it is mid-transfer.
-            let first = std::future::poll_fn(|cx| match poll(cx) {
-                (Poll::Ready(v), _) => Poll::Ready(Some(v)),
-                (Poll::Pending, true) => Poll::Ready(None),
-                (Poll::Pending, false) => Poll::Pending,
-            })
-            .await;
-            if let Some(v) = first {
-                return (v, false);
-            }
-            slot = self.slot(after);
+        // Spins until it finds `f` ready (and returns) or breaks out, to
+        // await `f` as usual.
+        'spin: {
+            let mut window = idle;
+            let mut slot = self.slot(idle);
             if slot.is_none() {
-                return (std::future::poll_fn(|cx| poll(cx).0).await, false);
-            }
-            window = after;
-        }
-        let start = Instant::now();
-        let mut last_wake = start;
-        // Turns that found other work on this thread (see `BUSY_TURN`).
-        let mut busy = 0;
-        loop {
-            let (once, woke) = std::future::poll_fn(|cx| Poll::Ready(poll(cx))).await;
-            if let Poll::Ready(v) = once {
-                return (v, true);
-            }
-            let now = Instant::now();
-            if woke {
-                last_wake = now;
+                if stream.is_zero() {
+                    break 'spin;
+                }
+                // Sleep as usual until the first wake-up that leaves `f`
+                // still pending: from there on it is mid-transfer.
+                let first = std::future::poll_fn(|cx| match poll(cx) {
+                    (Poll::Ready(v), _) => Poll::Ready(Some(v)),
+                    (Poll::Pending, true) => Poll::Ready(None),
+                    (Poll::Pending, false) => Poll::Pending,
+                })
+                .await;
+                if let Some(v) = first {
+                    return (v, false);
+                }
+                slot = self.slot(after);
+                if slot.is_none() {
+                    break 'spin;
+                }
                 window = after;
             }
-            if now - last_wake >= window
-                || now - start >= after * SPIN_TURNS_MAX
-                || busy >= BUSY_TURNS
-            {
-                drop(slot);
-                ran_out();
-                return (std::future::poll_fn(|cx| poll(cx).0).await, false);
-            }
-            tokio::task::yield_now().await;
-            if let Some(long) = self.busy_turn {
-                busy = if now.elapsed() > long { busy + 1 } else { 0 };
+            let start = Instant::now();
+            let mut last_wake = start;
+            // Turns that found other work on this thread (see `BUSY_TURN`).
+            let mut busy = 0;
+            loop {
+                let (once, woke) = std::future::poll_fn(|cx| Poll::Ready(poll(cx))).await;
+                if let Poll::Ready(v) = once {
+                    return (v, true);
+                }
+                let now = Instant::now();
+                if woke {
+                    last_wake = now;
+                    window = after;
+                }
+                if now - last_wake >= window
+                    || now - start >= after * SPIN_TURNS_MAX
+                    || busy >= BUSY_TURNS
+                {
+                    drop(slot);
+                    ran_out();
+                    break 'spin;
+                }
+                tokio::task::yield_now().await;
+                if let Some(long) = self.busy_turn {
+                    busy = if now.elapsed() > long { busy + 1 } else { 0 };
+                }
             }
         }
+        (std::future::poll_fn(|cx| poll(cx).0).await, false)
     }
 
     /// The right to spin, given back on drop (so a future dropped

@@ -984,6 +984,11 @@ impl Config {
         }
     }
 
+    /// `stream_poll_us` as a window (see `crate::busy_poll`).
+    pub fn stream_poll(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.stream_poll_us.into())
+    }
+
     /// The congestion control to set on strata's sockets; `None` keeps the
     /// host's default. Resolved once, at start (`Node::tcp_congestion`).
     pub fn tcp_congestion(&self) -> Option<String> {

@@ -282,9 +282,8 @@ impl Conn<'_> {
     /// never spin: they wait on their mailbox too, and their requests are
     /// rare.
     async fn read_next(&mut self, need: usize) -> std::io::Result<usize> {
-        let us = Duration::from_micros;
-        let busy = us(self.node.cfg.busy_poll_us.into());
-        let stream = us(self.node.cfg.stream_poll_us.into());
+        let busy = Duration::from_micros(self.node.cfg.busy_poll_us.into());
+        let stream = self.node.cfg.stream_poll();
         let between = self.rbuf.is_empty();
         let streaming = !between
             && self.last_read >= STREAM_READ_BYTES
@@ -355,7 +354,7 @@ impl Conn<'_> {
         head.extend_from_slice(b"$0\r\n");
         let dst = res.as_mut_slice();
         dst[..have].copy_from_slice(&self.rbuf[p.payload_at..]);
-        let stream = Duration::from_micros(node.cfg.stream_poll_us.into());
+        let stream = node.cfg.stream_poll();
         let mut last = self.last_read;
         self.rbuf.clear();
         let mut filled = have;

@@ -125,7 +125,7 @@ impl Node {
         let listen = strata_rdma::Listen {
             advertise_host: Some(cfg.advertise_host.clone()),
             tcp_congestion: tcp_congestion.clone(),
-            stream_spin: std::time::Duration::from_micros(cfg.stream_poll_us.into()),
+            stream_spin: cfg.stream_poll(),
         };
         let transport = DataPlane::start(data_addr, &cfg.data_protocol(), listen)
             .await
