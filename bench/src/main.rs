@@ -205,6 +205,11 @@ struct Args {
     /// `stream_spin_us`, at most 1000; 0: off).
     #[arg(long, default_value_t = strata_client::DEFAULT_STREAM_SPIN_US)]
     stream_spin_us: u64,
+    /// Most µs an exchange polls for its reply after a request that took
+    /// 20 µs or more to write: as long again as the write took (the
+    /// client's `echo_spin_us`, at most 1000; 0: off).
+    #[arg(long, default_value_t = strata_client::DEFAULT_ECHO_SPIN_US)]
+    echo_spin_us: u64,
     /// Congestion control of this client's sockets: auto, host, or a name
     /// such as cubic (the client's `tcp_congestion`; default: auto).
     #[arg(long)]
@@ -407,6 +412,7 @@ fn new_plan(
     client.tcp_congestion = args.tcp_congestion.clone();
     client.spin_us = args.spin_us;
     client.stream_spin_us = args.stream_spin_us;
+    client.echo_spin_us = args.echo_spin_us;
     Plan {
         client,
         api,

@@ -52,6 +52,7 @@ impl Client {
         for (name, us) in [
             ("spin_us", cfg.spin_us),
             ("stream_spin_us", cfg.stream_spin_us),
+            ("echo_spin_us", cfg.echo_spin_us),
         ] {
             if us > crate::SPIN_MAX.as_micros() as u64 {
                 let max = crate::SPIN_MAX.as_micros();

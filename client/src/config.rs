@@ -107,6 +107,18 @@ pub struct ClientConfig {
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     /// [`DEFAULT_STREAM_SPIN_US`]: crate::DEFAULT_STREAM_SPIN_US
     pub stream_spin_us: u64,
+    /// After a request that took at least 20 µs to write (a large PUT
+    /// sent with its payload, a batch of them), the exchange polls for the
+    /// reply for as long again as the write took, up to this many µs (at
+    /// most [`SPIN_MAX`]), instead of sleeping while the node takes the
+    /// payload in: a large call's wait for its reply is then no longer a
+    /// wake-up. Costs at most as much CPU as the write did, only after
+    /// long ones. 0: off. Default [`DEFAULT_ECHO_SPIN_US`]
+    /// (docs/BENCHMARKS.md §2i).
+    ///
+    /// [`SPIN_MAX`]: crate::SPIN_MAX
+    /// [`DEFAULT_ECHO_SPIN_US`]: crate::DEFAULT_ECHO_SPIN_US
+    pub echo_spin_us: u64,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
@@ -168,6 +180,7 @@ impl ClientConfig {
             tcp_congestion: None,
             spin_us: 0,
             stream_spin_us: crate::DEFAULT_STREAM_SPIN_US,
+            echo_spin_us: crate::DEFAULT_ECHO_SPIN_US,
         }
     }
 }

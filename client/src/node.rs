@@ -10,7 +10,9 @@ use tokio::sync::Mutex;
 
 use crate::cma::{self, Link, Local};
 use crate::conn::{Conn, Reply, Sink};
+use crate::spin::{spun, Windows};
 use crate::{Error, Result};
+use strata_rdma::spin::echo;
 
 /// A node that failed at the socket level gets no requests for this long
 /// when another node can serve them; the health check probes it meanwhile.
@@ -53,10 +55,8 @@ pub(crate) struct Node {
     cma_logged: AtomicBool,
     /// Congestion control of the command connection (`None`: the host's).
     tcp_congestion: Option<String>,
-    /// `ClientConfig::spin_us`.
-    spin: Duration,
-    /// `ClientConfig::stream_spin_us`.
-    stream_spin: Duration,
+    /// `ClientConfig::spin_us`, `stream_spin_us`, `echo_spin_us`.
+    windows: Windows,
 }
 
 impl Node {
@@ -66,8 +66,7 @@ impl Node {
         connect_timeout: Duration,
         cma_local: Option<Arc<Local>>,
         tcp_congestion: Option<String>,
-        spin: Duration,
-        stream_spin: Duration,
+        windows: Windows,
     ) -> Self {
         Self {
             addr: addr.to_owned(),
@@ -81,8 +80,7 @@ impl Node {
             cma_put_refused: AtomicBool::new(false),
             cma_logged: AtomicBool::new(false),
             tcp_congestion,
-            spin,
-            stream_spin,
+            windows,
         }
     }
 
@@ -228,9 +226,14 @@ impl Node {
         // so it runs while the connection is still in its slot.
         conn.begin_exchange();
         let cut = CloseIfDropped::new(conn);
-        let outcome = crate::spin::spun(
-            std::pin::pin!(async {
-                conn.send(commands).await?;
+        let w = self.windows;
+        let outcome = async {
+            // The write and the wait for the replies are spun apart: how
+            // long the write took says how long to poll for the replies.
+            let began = Instant::now();
+            spun(std::pin::pin!(conn.send(commands)), w.spin, w.stream).await?;
+            let wait = w.spin.max(echo(began.elapsed(), w.echo));
+            let replies = async {
                 let mut replies = Vec::with_capacity(commands.len());
                 for k in 0..commands.len() {
                     let sink = sinks.get(k).copied().flatten();
@@ -240,10 +243,9 @@ impl Node {
                     }
                 }
                 Ok(replies)
-            }),
-            self.spin,
-            self.stream_spin,
-        )
+            };
+            spun(std::pin::pin!(replies), wait, w.stream).await
+        }
         .await;
         cut.disarm();
         conn.end_exchange();

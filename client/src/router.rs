@@ -156,8 +156,7 @@ impl Router {
             connect_timeout,
             self.cma.clone(),
             self.cfg.tcp_congestion.clone(),
-            std::time::Duration::from_micros(self.cfg.spin_us),
-            std::time::Duration::from_micros(self.cfg.stream_spin_us),
+            crate::Windows::of(&self.cfg),
         ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node

@@ -159,6 +159,13 @@ fn spinning_calls_get_their_replies_on_either_runtime() {
                         ..base()
                     },
                 ),
+                (
+                    "echo_spin_us",
+                    strata_client::ClientConfig {
+                        echo_spin_us: 1001,
+                        ..base()
+                    },
+                ),
             ] {
                 let err = strata_client::Client::connect_with(bad)
                     .await

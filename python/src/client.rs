@@ -85,7 +85,8 @@ impl NativeClient {
                         inline_put_max=strata_client::DEFAULT_INLINE_PUT_MAX,
                         tcp_congestion=None, cma_lanes=strata_client::DEFAULT_CMA_LANES,
                         split_get_min=strata_client::DEFAULT_SPLIT_GET_MIN, spin_us=0,
-                        stream_spin_us=strata_client::DEFAULT_STREAM_SPIN_US))]
+                        stream_spin_us=strata_client::DEFAULT_STREAM_SPIN_US,
+                        echo_spin_us=strata_client::DEFAULT_ECHO_SPIN_US))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -105,6 +106,7 @@ impl NativeClient {
         split_get_min: u64,
         spin_us: u64,
         stream_spin_us: u64,
+        echo_spin_us: u64,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -140,9 +142,13 @@ impl NativeClient {
         if stream_spin_us > max {
             return Err(invalid(format!("stream_spin_us must be in 0..={max}")));
         }
-        // Mid-transfer, whichever thread drives the sockets: it is busy
-        // with the transfer either way.
+        if echo_spin_us > max {
+            return Err(invalid(format!("echo_spin_us must be in 0..={max}")));
+        }
+        // Mid-transfer and right after a long write, whichever thread
+        // drives the sockets: it is busy with the transfer either way.
         cfg.stream_spin_us = stream_spin_us;
+        cfg.echo_spin_us = echo_spin_us;
         // Worker threads poll the sockets themselves: a spinning caller
         // would only take a core from them.
         cfg.spin_us = if threads == 0 { spin_us } else { 0 };

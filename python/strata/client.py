@@ -53,6 +53,7 @@ class Client:
             c.split_get_min_bytes,
             c.spin_us,
             c.stream_spin_us,
+            c.echo_spin_us,
         )
 
     # -- lifecycle ---------------------------------------------------------

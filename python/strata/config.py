@@ -51,6 +51,12 @@ class ClientConfig:
     the rest instead of sleeping between its bursts, until this long (at
     most 1000 us) passes with nothing arriving; it costs a core only while
     a transfer runs. 50 (default); 0: never.
+    ``echo_spin_us``: after a request that took 20 us or more to write (a
+    large ``put_from`` sent with its payload, a batch of them), a call
+    polls for the reply for as long again as the write took, up to this
+    (at most 1000 us), instead of sleeping while the node takes the
+    payload in; it costs at most the CPU the write did. 200 (default); 0:
+    never.
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
@@ -73,6 +79,7 @@ class ClientConfig:
     split_get_min_bytes: int = 0
     spin_us: int = 0
     stream_spin_us: int = 50
+    echo_spin_us: int = 200
     gpu_staging_bytes: int = 128 * 1024 * 1024
 
     @classmethod

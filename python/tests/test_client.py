@@ -196,6 +196,8 @@ def test_config_forms(server):
         strata.Client(server.addr, spin_us=1001)
     with pytest.raises(strata.InvalidArgumentError, match="stream_spin_us must be in 0..=1000"):
         strata.Client(server.addr, stream_spin_us=1001)
+    with pytest.raises(strata.InvalidArgumentError, match="echo_spin_us must be in 0..=1000"):
+        strata.Client(server.addr, echo_spin_us=1001)
 
 
 @pytest.mark.parametrize("threads,spin_us", [(0, 0), (0, 200), (2, 0)])

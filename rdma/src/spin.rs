@@ -49,6 +49,40 @@ pub const BUSY_TURNS: u32 = 2;
 /// within 50 µs.
 pub const STREAM_US_DEFAULT: u64 = 50;
 
+/// Default cap on the wait after a long exchange (the node's
+/// `echo_poll_us`, the client's `echo_spin_us`; see [`echo`]). A 1 MiB
+/// request or reply takes 100-250 µs over loopback on the 2-vCPU VMs of
+/// docs/BENCHMARKS.md §2i, and the other side's turn-around after it is
+/// well within that; a longer transfer gains nothing from a longer poll.
+pub const ECHO_US_DEFAULT: u64 = 200;
+
+/// Below this, an exchange is too short for [`echo`] to poll after it: a
+/// small call's turn-around includes the other side's own wake-up, which
+/// a window this short would not outlast, so it would only spend turns.
+/// Small calls keep to `busy_poll_us` / `spin_us` (opt-in).
+pub const ECHO_MIN: Duration = Duration::from_micros(20);
+
+/// How long to poll for what comes next after an exchange that took
+/// `took`: as long again, up to `cap`; nothing if it took less than
+/// [`ECHO_MIN`] or `cap` is zero.
+///
+/// After a long request has been taken in, the node's reply follows about
+/// as long after as the transfer took (the client's wait for a large
+/// PUT's `+OK`), and after a long reply has been written, the client's
+/// next request follows once it has read it (the node's wait between
+/// large GETs). Sleeping through those waits puts a wake-up on the path
+/// of every large call; polling through them costs at most as much CPU
+/// as the transfer itself did, and only right after one. Measured on a
+/// 2-vCPU VM whose idle vCPUs halt at once: single 1 MiB GETs and PUTs
+/// 1.2x faster, 64 KiB ones 1.2x, 4 KiB calls and four clients unchanged
+/// (docs/BENCHMARKS.md §2i, "Polling as long as the transfer took").
+pub fn echo(took: Duration, cap: Duration) -> Duration {
+    if took < ECHO_MIN {
+        return Duration::ZERO;
+    }
+    took.min(cap)
+}
+
 /// The spinner of this process's transfers (a quarter of its cores): the
 /// client's exchanges and the TCP data plane's reads share it, so that
 /// together they keep no more cores awake than either alone would.
@@ -261,6 +295,17 @@ mod tests {
     use super::*;
 
     const SPIN: Duration = Duration::from_micros(500);
+
+    #[test]
+    fn echo_polls_as_long_as_the_exchange_took_up_to_the_cap() {
+        let us = Duration::from_micros;
+        let cap = us(200);
+        assert_eq!(echo(us(19), cap), Duration::ZERO, "too short to poll after");
+        assert_eq!(echo(us(20), cap), us(20));
+        assert_eq!(echo(us(150), cap), us(150));
+        assert_eq!(echo(us(5000), cap), cap);
+        assert_eq!(echo(us(150), Duration::ZERO), Duration::ZERO, "off");
+    }
 
     #[test]
     fn off_takes_no_slot() {

@@ -31,6 +31,19 @@
 //! is coming, so it costs a core only while a transfer runs: single 1 MiB
 //! PUTs over TCP ran 1.16× faster with it on a 2-vCPU VM
 //! (docs/BENCHMARKS.md §2i). It shares the slots with `busy_poll_us`.
+//!
+//! `echo_poll_us` (on by default, at most 200 µs) polls between requests,
+//! but only after one that took 20 µs or more from its first bytes to its
+//! reply written, and only for as long again as it took
+//! (`strata_rdma::spin::echo`): a client that has just received a long
+//! reply, or had a long request taken in, sends its next one about that
+//! soon if it is in a loop of them. So polling costs at most the CPU the
+//! transfer itself did, and only right after one; small requests are left
+//! to `busy_poll_us`. Single 1 MiB GETs and PUTs ran 1.2-1.3× faster with
+//! it and the client's half (`echo_spin_us`) on a 2-vCPU VM
+//! (docs/BENCHMARKS.md §2i, "Polling as long as the transfer took"). Its
+//! polls are counted apart (`strata_echo_poll_hits_total` /
+//! `_misses_total`), and it shares the slots too.
 
 /// Longest `busy_poll_us`: beyond a millisecond the requests are far apart
 /// enough that a wake-up is a small part of their time, and the spinning

@@ -130,6 +130,10 @@ const KEYS: &[(&str, &str)] = &[
         "µs a connection in the middle of a long request or reply polls its socket for the next bytes before it sleeps (0 = off); costs a core only while a transfer runs",
     ),
     (
+        "echo_poll_us",
+        "most µs a connection polls for its next request after one that took 20 µs or more: as long again as that one took (0 = off); costs at most the CPU the transfer did",
+    ),
+    (
         "notify_keyspace_events",
         "keyspace notifications to publish, Redis' flags (e.g. KEA; empty = none; CONFIG SET notify-keyspace-events changes it live)",
     ),
@@ -272,6 +276,9 @@ pub struct Cli {
     /// µs a connection mid-transfer polls for the next bytes before sleeping; 0 = off [default: 50].
     #[arg(long, env = "STRATA_STREAM_POLL_US")]
     stream_poll_us: Option<String>,
+    /// Most µs a connection polls for its next request after a long one, as long again as it took; 0 = off [default: 200].
+    #[arg(long, env = "STRATA_ECHO_POLL_US")]
+    echo_poll_us: Option<String>,
     /// Keyspace notifications, Redis' flags (e.g. KEA) [default: none].
     #[arg(long, env = "STRATA_NOTIFY_KEYSPACE_EVENTS")]
     notify_keyspace_events: Option<String>,
@@ -331,6 +338,7 @@ impl Cli {
             ("worker_threads", self.worker_threads.as_ref()),
             ("busy_poll_us", self.busy_poll_us.as_ref()),
             ("stream_poll_us", self.stream_poll_us.as_ref()),
+            ("echo_poll_us", self.echo_poll_us.as_ref()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.as_ref(),
@@ -409,6 +417,8 @@ pub struct Config {
     pub busy_poll_us: u32,
     /// See `crate::busy_poll`; 0: off.
     pub stream_poll_us: u32,
+    /// See `crate::busy_poll`; 0: off.
+    pub echo_poll_us: u32,
     /// Keyspace notification flags at start, normalized (`CONFIG SET`
     /// changes the live ones, in `Node::pubsub`).
     pub notify_keyspace_events: String,
@@ -492,6 +502,7 @@ impl Default for Config {
             worker_threads: 0,
             busy_poll_us: 0,
             stream_poll_us: strata_rdma::spin::STREAM_US_DEFAULT as u32,
+            echo_poll_us: strata_rdma::spin::ECHO_US_DEFAULT as u32,
             notify_keyspace_events: String::new(),
             pubsub_output_buffer_limit: 32 * MIB,
             log_level: "info".into(),
@@ -812,6 +823,9 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         "stream_poll_us" => {
             cfg.stream_poll_us = int_in(v, 0, crate::busy_poll::BUSY_POLL_US_MAX)? as u32
         }
+        "echo_poll_us" => {
+            cfg.echo_poll_us = int_in(v, 0, crate::busy_poll::BUSY_POLL_US_MAX)? as u32
+        }
         "notify_keyspace_events" => {
             cfg.notify_keyspace_events = crate::pubsub::keyspace::Flags::parse(v)?.to_string()
         }
@@ -934,6 +948,7 @@ impl Config {
             ("worker_threads", self.worker_threads.to_string()),
             ("busy_poll_us", self.busy_poll_us.to_string()),
             ("stream_poll_us", self.stream_poll_us.to_string()),
+            ("echo_poll_us", self.echo_poll_us.to_string()),
             (
                 "notify_keyspace_events",
                 self.notify_keyspace_events.clone(),
@@ -987,6 +1002,11 @@ impl Config {
     /// `stream_poll_us` as a window (see `crate::busy_poll`).
     pub fn stream_poll(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.stream_poll_us.into())
+    }
+
+    /// `echo_poll_us` as a cap (see `crate::busy_poll`).
+    pub fn echo_poll(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.echo_poll_us.into())
     }
 
     /// The congestion control to set on strata's sockets; `None` keeps the

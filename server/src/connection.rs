@@ -20,7 +20,7 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use strata_proto::request::{args, pending_bulk, scan, split_inline};
@@ -109,6 +109,11 @@ struct Conn<'a> {
     /// Set when output was written (which may have waited): the run of
     /// requests' clock starts over.
     flushed: bool,
+    /// When the first bytes of the requests being served arrived.
+    began: Option<Instant>,
+    /// How long the last run of requests took, from their first bytes to
+    /// their last reply written (`echo_poll_us`).
+    served: Duration,
     session: Session,
 }
 
@@ -142,6 +147,8 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         read_room: READ_BUF_BYTES,
         last_read: 0,
         flushed: false,
+        began: None,
+        served: Duration::ZERO,
         session,
     };
     let result = conn.run().await;
@@ -217,6 +224,13 @@ impl Conn<'_> {
                 }
             };
             self.flush().await?;
+            if self.rbuf.is_empty() {
+                // Every request that arrived is answered: the next read
+                // waits for a new one, polling about as long as these took.
+                if let Some(began) = self.began.take() {
+                    self.served = began.elapsed();
+                }
+            }
             if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {
                 self.rbuf = BytesMut::with_capacity(READ_BUF_BYTES);
             }
@@ -259,6 +273,9 @@ impl Conn<'_> {
             if n == 0 {
                 return Ok(());
             }
+            if self.began.is_none() {
+                self.began = Some(Instant::now());
+            }
             self.last_read = n;
             if n == offered {
                 self.read_room = (self.read_room * 2).min(READ_ROOM_MAX);
@@ -274,38 +291,51 @@ impl Conn<'_> {
     }
 
     /// Reads what the client sent next. Between requests, first polls for
-    /// it for up to `busy_poll_us` when busy polling is on and a slot is
-    /// free (see `crate::busy_poll`); in the middle of a request arriving
-    /// in bulk with at least [`STREAM_VALUE_BYTES`] of its `need` still to
-    /// come, for up to `stream_poll_us` (the rest of a smaller one is one
-    /// burst away, and polling for it measured no faster). Subscribers
-    /// never spin: they wait on their mailbox too, and their requests are
-    /// rare.
+    /// it for up to `busy_poll_us` when busy polling is on, or after a
+    /// request that took 20 µs or more, for as long again as it took, up
+    /// to `echo_poll_us` (see `crate::busy_poll`), while a slot is free; in
+    /// the middle of a request arriving in bulk with at least
+    /// [`STREAM_VALUE_BYTES`] of its `need` still to come, for up to
+    /// `stream_poll_us` (the rest of a smaller one is one burst away, and
+    /// polling for it measured no faster). Subscribers never spin: they
+    /// wait on their mailbox too, and their requests are rare.
     async fn read_next(&mut self, need: usize) -> std::io::Result<usize> {
-        let busy = Duration::from_micros(self.node.cfg.busy_poll_us.into());
-        let stream = self.node.cfg.stream_poll();
+        let cfg = &self.node.cfg;
+        let busy = Duration::from_micros(cfg.busy_poll_us.into());
+        let stream = cfg.stream_poll();
         let between = self.rbuf.is_empty();
         let streaming = !between
             && self.last_read >= STREAM_READ_BYTES
             && need.saturating_sub(self.rbuf.len()) >= STREAM_VALUE_BYTES;
+        let echo = if between {
+            strata_rdma::spin::echo(self.served, cfg.echo_poll())
+        } else {
+            Duration::ZERO
+        };
         let (idle, stream) = if streaming {
             (busy.max(stream), stream)
         } else {
-            (busy, Duration::ZERO)
+            (busy.max(echo), Duration::ZERO)
         };
-        // The busy-poll counters say how often waiting for the next request
-        // paid; a transfer's spins are another matter.
-        let counted = between && !busy.is_zero();
+        // The counters say how often waiting for the next request paid,
+        // under the setting whose window it was; a transfer's spins are
+        // another matter.
         let c = &self.node.metrics.counters;
+        let (hits, misses) = if busy >= echo {
+            (&c.busy_poll_hits_total, &c.busy_poll_misses_total)
+        } else {
+            (&c.echo_poll_hits_total, &c.echo_poll_misses_total)
+        };
+        let counted = between && !idle.is_zero();
         let read = std::pin::pin!(self.sock.read_buf(&mut self.rbuf));
         let ran_out = || {
             if counted {
-                c.busy_poll_misses_total.fetch_add(1, Relaxed);
+                misses.fetch_add(1, Relaxed);
             }
         };
         let (n, found) = self.node.busy_poll.run(read, idle, stream, ran_out).await;
         if counted && found && n.is_ok() {
-            c.busy_poll_hits_total.fetch_add(1, Relaxed);
+            hits.fetch_add(1, Relaxed);
         }
         n
     }

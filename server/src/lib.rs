@@ -64,6 +64,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("{} (host)", strata_rdma::sockopt::host_default())),
         busy_poll_us = node.cfg.busy_poll_us,
         stream_poll_us = node.cfg.stream_poll_us,
+        echo_poll_us = node.cfg.echo_poll_us,
         "strata-server ready"
     );
     node.spawn_event_publisher();

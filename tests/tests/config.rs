@@ -81,6 +81,10 @@ fn bad_flags_are_refused_naming_key_and_range() {
             "stream_poll_us: 1001 is out of range (allowed 0 ..= 1000)",
         ),
         (
+            ["--echo-poll-us", "1001"],
+            "echo_poll_us: 1001 is out of range (allowed 0 ..= 1000)",
+        ),
+        (
             ["--cma-lanes", "0"],
             "cma_lanes: 0 is out of range (allowed 1 ..= 16)",
         ),

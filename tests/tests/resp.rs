@@ -287,6 +287,47 @@ fn busy_polling_finds_close_requests_and_sleeps_after_the_window() {
     assert!(server.info_field("busy_poll_hits") as f64 >= hits);
 }
 
+/// After a request that took 20 µs or more from its first bytes to its
+/// reply (a 4 MiB SET), a connection polls for the next one for as long
+/// again, up to `echo_poll_us` (200 µs by default): a request sent right
+/// after the reply is found while polling (a hit), and once the client is
+/// quiet the poll runs out and the connection sleeps (a miss). With
+/// `--echo-poll-us 0` it never polls.
+#[test]
+fn after_a_long_request_the_next_is_polled_for_about_as_long() {
+    let long = pattern(4 << 20, 7);
+    let exchange = |con: &mut redis::Connection| {
+        for _ in 0..20 {
+            set(con, b"echo-long", &long);
+            let pong: String = redis::cmd("PING").query(con).unwrap();
+            assert_eq!(pong, "PONG");
+        }
+    };
+    let off = Server::start(&["--echo-poll-us", "0"]);
+    exchange(&mut off.client(false));
+    assert_eq!(off.metric("strata_echo_poll_hits_total"), 0.0);
+    assert_eq!(off.metric("strata_echo_poll_misses_total"), 0.0);
+
+    let server = Server::start(&[]);
+    let mut con = server.client(false);
+    exchange(&mut con);
+    // A PING sent as soon as the SET's reply is read: most are found while
+    // polling, though a loaded machine may let any one gap pass the
+    // window, so only "some" is certain.
+    let hits = server.metric("strata_echo_poll_hits_total");
+    assert!(hits > 0.0, "no PING of 20 was found while polling");
+    // The PINGs were too short to poll after; one more long SET, and then
+    // nothing.
+    set(&mut con, b"echo-long", &long);
+    let misses = || server.metric("strata_echo_poll_misses_total");
+    assert!(
+        wait_until(within(Duration::from_secs(5)), || misses() > 0.0),
+        "the poll after the last long request never ended"
+    );
+    assert!(server.info_field("echo_poll_hits") as f64 >= hits);
+    assert_eq!(get(&mut con, b"echo-long"), Some(long.clone()));
+}
+
 #[test]
 fn hello_3_describes_strata() {
     each_protocol(|con, _| {

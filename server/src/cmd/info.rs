@@ -161,6 +161,12 @@ fn render(node: &Node, section: &str, out: &mut String) {
                 "busy_poll_misses",
                 c.busy_poll_misses_total.load(Relaxed),
             );
+            line(out, "echo_poll_hits", c.echo_poll_hits_total.load(Relaxed));
+            line(
+                out,
+                "echo_poll_misses",
+                c.echo_poll_misses_total.load(Relaxed),
+            );
             line(out, "puts_abandoned", c.puts_abandoned_total.load(Relaxed));
             let nvme_hits = c.nvme_hits_total.load(Relaxed);
             line(out, "keyspace_hits_gpu", s.gpu.hits);

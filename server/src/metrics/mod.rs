@@ -89,6 +89,10 @@ pub struct Counters {
     /// that ran out and slept.
     pub busy_poll_hits_total: AtomicU64,
     pub busy_poll_misses_total: AtomicU64,
+    /// Polls after a long request (`echo_poll_us`) that found the next
+    /// request without sleeping, and those that ran out and slept.
+    pub echo_poll_hits_total: AtomicU64,
+    pub echo_poll_misses_total: AtomicU64,
     /// Pulled values not published because their client had gone (see
     /// `crate::peer`).
     pub puts_abandoned_total: AtomicU64,
@@ -116,6 +120,8 @@ struct Exported {
     nvme_hits_total: Counter,
     busy_poll_hits_total: Counter,
     busy_poll_misses_total: Counter,
+    echo_poll_hits_total: Counter,
+    echo_poll_misses_total: Counter,
     puts_abandoned_total: Counter,
     misses_total: Counter,
     evictions_total: Counter,
@@ -535,6 +541,16 @@ impl Metrics {
                 Unit::Count,
                 "Busy polls of a client connection (busy_poll_us) that ran out and slept.",
             ),
+            echo_poll_hits_total: counter(
+                "strata_echo_poll_hits_total",
+                Unit::Count,
+                "Polls of a client connection after a long request (echo_poll_us) that found its next request without sleeping.",
+            ),
+            echo_poll_misses_total: counter(
+                "strata_echo_poll_misses_total",
+                Unit::Count,
+                "Polls of a client connection after a long request (echo_poll_us) that ran out and slept.",
+            ),
             puts_abandoned_total: counter(
                 "strata_puts_abandoned_total",
                 Unit::Count,
@@ -773,6 +789,10 @@ impl Metrics {
             .absolute(c.busy_poll_hits_total.load(Relaxed));
         e.busy_poll_misses_total
             .absolute(c.busy_poll_misses_total.load(Relaxed));
+        e.echo_poll_hits_total
+            .absolute(c.echo_poll_hits_total.load(Relaxed));
+        e.echo_poll_misses_total
+            .absolute(c.echo_poll_misses_total.load(Relaxed));
         e.puts_abandoned_total
             .absolute(c.puts_abandoned_total.load(Relaxed));
         // A read served from NVMe or the GPU is counted once, there.
