@@ -156,7 +156,7 @@ impl Router {
             connect_timeout,
             self.cma.clone(),
             self.cfg.tcp_congestion.clone(),
-            crate::Windows::of(&self.cfg),
+            crate::spin::Windows::of(&self.cfg),
         ));
         nodes.insert(addr.to_owned(), Arc::clone(&node));
         node

@@ -20,7 +20,7 @@ pub const DEFAULT_ECHO_SPIN_US: u64 = strata_rdma::spin::ECHO_US_DEFAULT;
 
 /// The polling windows of a client's exchanges with a node.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Windows {
+pub(crate) struct Windows {
     /// `ClientConfig::spin_us`: before a reply begins.
     pub spin: Duration,
     /// `ClientConfig::stream_spin_us`: once it is arriving.
@@ -31,7 +31,7 @@ pub struct Windows {
 }
 
 impl Windows {
-    pub fn of(cfg: &crate::ClientConfig) -> Self {
+    pub(crate) fn of(cfg: &crate::ClientConfig) -> Self {
         Self {
             spin: Duration::from_micros(cfg.spin_us),
             stream: Duration::from_micros(cfg.stream_spin_us),

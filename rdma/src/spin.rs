@@ -388,7 +388,10 @@ mod tests {
     async fn a_spin_ends_when_other_tasks_keep_the_thread_busy() {
         // Another task on the same thread takes 1 ms each time it runs:
         // each turn of the spin lasts that long, so after BUSY_TURNS of
-        // them the spin ends, long before its 20 ms window would.
+        // them the spin ends, long before its 2 s window would. (Generous
+        // bounds: in the soft-RoCE VM, emulated, a 1 ms sleep took up to
+        // 8 ms.) The future is a channel that `ran_out` completes, so the
+        // test never waits out a timer.
         let s = Spinner::quarter_of(4);
         let stop = Arc::new(AtomicBool::new(false));
         let hog = tokio::spawn({
@@ -400,19 +403,26 @@ mod tests {
                 }
             }
         });
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let start = Instant::now();
         let mut spun_for = None;
-        let f = std::pin::pin!(tokio::time::sleep(Duration::from_millis(100)));
-        let ((), found) = s
-            .run(f, Duration::from_millis(20), Duration::ZERO, || {
-                spun_for = Some(start.elapsed())
-            })
+        let (got, found) = s
+            .run(
+                std::pin::pin!(rx),
+                Duration::from_secs(2),
+                Duration::ZERO,
+                || {
+                    spun_for = Some(start.elapsed());
+                    tx.send(()).expect("receiver waits");
+                },
+            )
             .await;
         stop.store(true, Ordering::Release);
         hog.await.expect("hog");
+        got.expect("sent when the spin ended");
         let spun_for = spun_for.expect("the spin ended");
         assert!(!found);
-        assert!(spun_for < Duration::from_millis(15), "{spun_for:?}");
+        assert!(spun_for < Duration::from_millis(1000), "{spun_for:?}");
         assert_eq!(s.spinning.load(Ordering::Acquire), 0);
     }
 
