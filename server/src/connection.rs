@@ -71,6 +71,18 @@ const STREAM_VALUE_BYTES: usize = 64 * 1024;
 /// to hold a core) is left to sleep between its bytes.
 const STREAM_READ_BYTES: usize = 16 * 1024;
 
+/// How fast a client is assumed to read the values leased to it, in bytes
+/// per µs (about 4 GB/s): its next request comes once it has, so the wait
+/// for it is polled about that long too (`echo_poll_us`). Reads of 1 MiB
+/// took about 100 µs by cross-memory attach and 200 µs over the TCP data
+/// plane on the 2-vCPU VMs of docs/BENCHMARKS.md §2i; erring long costs
+/// at most `echo_poll_us` of polling, erring short a wake-up.
+const READ_BYTES_PER_US: u64 = 4096;
+
+fn reading_time(bytes: u64) -> Duration {
+    Duration::from_micros(bytes / READ_BYTES_PER_US)
+}
+
 /// A piece of queued reply output.
 enum Segment {
     Buf(Bytes),
@@ -133,6 +145,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         sub: None,
         streamed: None,
         peer: crate::peer::Peer::of(&sock),
+        handed: 0,
     };
     let mut conn = Conn {
         node,
@@ -228,7 +241,8 @@ impl Conn<'_> {
                 // Every request that arrived is answered: the next read
                 // waits for a new one, polling about as long as these took.
                 if let Some(began) = self.began.take() {
-                    self.served = began.elapsed();
+                    let handed = std::mem::take(&mut self.session.handed);
+                    self.served = began.elapsed() + reading_time(handed);
                 }
             }
             if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {

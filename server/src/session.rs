@@ -38,6 +38,10 @@ pub struct Session {
     /// The client's socket, to ask whether it has gone before a pulled
     /// value is published (see `crate::peer`).
     pub peer: crate::peer::Peer,
+    /// Bytes leased since the connection last waited, for the client to
+    /// read itself (cross-memory attach, the TCP data plane): its next
+    /// request follows once it has (`echo_poll_us`).
+    pub handed: u64,
 }
 
 impl Session {

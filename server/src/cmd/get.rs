@@ -181,6 +181,7 @@ fn grant(ctx: &mut Ctx<'_>, value: Value, cma: bool) -> Result<((String, u64), u
         }
     };
     ctx.session.leases.insert(id);
+    ctx.session.handed += len;
     node.metrics
         .transfers
         .add_bytes(Direction::Out, transport, len);
