@@ -136,14 +136,14 @@ impl NativeClient {
         cfg.split_get_min = split_get_min;
         cfg.tcp_congestion = tcp_congestion.filter(|name| !name.is_empty());
         let max = strata_client::SPIN_MAX.as_micros() as u64;
-        if spin_us > max {
-            return Err(invalid(format!("spin_us must be in 0..={max}")));
-        }
-        if stream_spin_us > max {
-            return Err(invalid(format!("stream_spin_us must be in 0..={max}")));
-        }
-        if echo_spin_us > max {
-            return Err(invalid(format!("echo_spin_us must be in 0..={max}")));
+        for (name, us) in [
+            ("spin_us", spin_us),
+            ("stream_spin_us", stream_spin_us),
+            ("echo_spin_us", echo_spin_us),
+        ] {
+            if us > max {
+                return Err(invalid(format!("{name} must be in 0..={max}")));
+            }
         }
         // Mid-transfer and right after a long write, whichever thread
         // drives the sockets: it is busy with the transfer either way.

@@ -41,11 +41,12 @@
 //! transfer itself did, and only right after one; small requests are left
 //! to `busy_poll_us`. Values leased to the client for it to read itself
 //! (cross-memory attach, the TCP data plane) count as that transfer too,
-//! at about 4 GB/s: its next request follows once it has read them. Single 1 MiB GETs and PUTs ran 1.2-1.3× faster with
-//! it and the client's half (`echo_spin_us`) on a 2-vCPU VM
-//! (docs/BENCHMARKS.md §2i, "Polling as long as the transfer took"). Its
-//! polls are counted apart (`strata_echo_poll_hits_total` /
-//! `_misses_total`), and it shares the slots too.
+//! at about 4 GB/s: its next request follows once it has read them.
+//! Single 1 MiB GETs and PUTs ran 1.2-1.3× faster with it and the
+//! client's half (`echo_spin_us`) on a 2-vCPU VM (docs/BENCHMARKS.md §2i,
+//! "Polling as long as the transfer took"). Its polls are counted apart
+//! (`strata_echo_poll_hits_total` / `_misses_total`), and it shares the
+//! slots too.
 
 /// Longest `busy_poll_us`: beyond a millisecond the requests are far apart
 /// enough that a wake-up is a small part of their time, and the spinning

@@ -999,6 +999,11 @@ impl Config {
         }
     }
 
+    /// `busy_poll_us` as a window (see `crate::busy_poll`).
+    pub fn busy_poll(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.busy_poll_us.into())
+    }
+
     /// `stream_poll_us` as a window (see `crate::busy_poll`).
     pub fn stream_poll(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.stream_poll_us.into())

@@ -315,7 +315,7 @@ impl Conn<'_> {
     /// wait on their mailbox too, and their requests are rare.
     async fn read_next(&mut self, need: usize) -> std::io::Result<usize> {
         let cfg = &self.node.cfg;
-        let busy = Duration::from_micros(cfg.busy_poll_us.into());
+        let busy = cfg.busy_poll();
         let stream = cfg.stream_poll();
         let between = self.rbuf.is_empty();
         let streaming = !between
