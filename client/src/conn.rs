@@ -60,6 +60,11 @@ impl Sink {
     pub(crate) unsafe fn new(ptr: *mut u8, cap: usize) -> Self {
         Self { ptr, cap }
     }
+
+    /// Bytes the reply may write here.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
 }
 
 /// A reply, or the length of a bulk reply written into the request's sink.

@@ -10,9 +10,8 @@ use tokio::sync::Mutex;
 
 use crate::cma::{self, Link, Local};
 use crate::conn::{Conn, Reply, Sink};
-use crate::spin::{spun, Windows};
+use crate::spin::{spun, InFlight, Windows};
 use crate::{Error, Result};
-use strata_rdma::spin::echo;
 
 /// A node that failed at the socket level gets no requests for this long
 /// when another node can serve them; the health check probes it meanwhile.
@@ -227,12 +226,15 @@ impl Node {
         conn.begin_exchange();
         let cut = CloseIfDropped::new(conn);
         let w = self.windows;
+        let in_flight = InFlight::enter();
         let outcome = async {
             // The write and the wait for the replies are spun apart: how
-            // long the write took says how long to poll for the replies.
+            // long the write took, and how much the replies may bring,
+            // say how long to poll for them.
             let began = Instant::now();
             spun(std::pin::pin!(conn.send(commands)), w.spin, w.stream).await?;
-            let wait = w.spin.max(echo(began.elapsed(), w.echo));
+            let expected: usize = sinks.iter().flatten().map(Sink::cap).sum();
+            let wait = w.reply_wait(began.elapsed(), expected, in_flight.few());
             let replies = async {
                 let mut replies = Vec::with_capacity(commands.len());
                 for k in 0..commands.len() {

@@ -56,6 +56,21 @@ pub const STREAM_US_DEFAULT: u64 = 50;
 /// well within that; a longer transfer gains nothing from a longer poll.
 pub const ECHO_US_DEFAULT: u64 = 200;
 
+/// How fast one side of an exchange is assumed to move a value's bytes,
+/// in bytes per µs (about 4 GB/s), where the time a transfer will take
+/// has to be guessed rather than clocked: the node's wait while a client
+/// copies a value leased to it, the client's wait for a large reply it
+/// expects. Reads of 1 MiB took about 100 µs by cross-memory attach and
+/// 150-250 µs over loopback TCP on the 2-vCPU VMs of docs/BENCHMARKS.md
+/// §2i; erring long costs at most the echo cap of polling, erring short
+/// a wake-up.
+pub const COPY_BYTES_PER_US: u64 = 4096;
+
+/// About how long moving `bytes` takes at [`COPY_BYTES_PER_US`].
+pub fn copy_time(bytes: u64) -> Duration {
+    Duration::from_micros(bytes / COPY_BYTES_PER_US)
+}
+
 /// Below this, an exchange is too short for [`echo`] to poll after it: a
 /// small call's turn-around includes the other side's own wake-up, which
 /// a window this short would not outlast, so it would only spend turns.
@@ -328,16 +343,18 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn stream_only_sleeps_until_the_first_wake_up_then_spins() {
-        // A transfer in two bursts 30 ms apart, then done 2 ms after the
-        // second: with only a stream window of 20 ms, the wait for the
-        // first burst is a plain sleep (no slot held, no spin), and the
-        // 2 ms after it are spun through.
+        // A transfer whose first burst comes after 30 ms and whose second
+        // 20 ms after that: with only a stream window of 200 ms, the wait
+        // for the first burst is a plain sleep (no slot held, no spin),
+        // and the 20 ms after it are spun through. (With 2 ms between the
+        // bursts, a loaded machine now and then woke the receiver only
+        // after both had come, and nothing was left to spin for.)
         let s = Spinner::quarter_of(4).patient();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
             tx.send(()).expect("receiver alive");
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(20));
             tx.send(()).expect("receiver alive");
         });
         let held_while_idle = std::cell::Cell::new(None);
@@ -349,7 +366,7 @@ mod tests {
         });
         let mut ran_out = false;
         let ((), found) = s
-            .run(two, Duration::ZERO, Duration::from_millis(20), || {
+            .run(two, Duration::ZERO, Duration::from_millis(200), || {
                 ran_out = true
             })
             .await;

@@ -48,7 +48,88 @@
 //! (`strata_echo_poll_hits_total` / `_misses_total`), and it shares the
 //! slots too.
 
+use std::time::{Duration, Instant};
+
 /// Longest `busy_poll_us`: beyond a millisecond the requests are far apart
 /// enough that a wake-up is a small part of their time, and the spinning
 /// core is mostly wasted.
 pub const BUSY_POLL_US_MAX: u64 = 1000;
+
+/// Until when a connection polls for its next request after a long run of
+/// requests (`echo_poll_us`, see [`strata_rdma::spin::echo`]).
+///
+/// A short run answered inside the window leaves it as it is rather than
+/// ending it: over cross-memory attach a client sends RELEASE as soon as
+/// it has copied a leased value, ahead of its next GET, and a window
+/// counted from the RELEASE alone (too short to poll after) put the node
+/// to sleep until that GET, once per GET. Keeping the GET's window,
+/// single 1 MiB GETs ran 1.1-1.2x faster and the node slept 0.1-0.4 times
+/// per GET instead of once (docs/BENCHMARKS.md §2i).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EchoWindow {
+    until: Option<Instant>,
+}
+
+impl EchoWindow {
+    /// A run of requests that took `took` ended at `now`: poll as long
+    /// again, up to `cap`, unless the window open already lasts longer.
+    pub fn ran(&mut self, now: Instant, took: Duration, cap: Duration) {
+        let window = strata_rdma::spin::echo(took, cap);
+        if window.is_zero() {
+            return;
+        }
+        let until = now + window;
+        self.until = Some(self.until.map_or(until, |u| u.max(until)));
+    }
+
+    /// How much of the window is left at `now`.
+    pub fn left(&self, now: Instant) -> Duration {
+        self.until
+            .map_or(Duration::ZERO, |u| u.saturating_duration_since(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: Duration = Duration::from_micros(200);
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn a_long_run_opens_a_window_as_long_as_it_took_up_to_the_cap() {
+        let t0 = Instant::now();
+        let mut w = EchoWindow::default();
+        assert_eq!(w.left(t0), Duration::ZERO);
+        w.ran(t0, 50 * US, CAP);
+        assert_eq!(w.left(t0), 50 * US);
+        assert_eq!(w.left(t0 + 20 * US), 30 * US);
+        assert_eq!(w.left(t0 + 60 * US), Duration::ZERO);
+        let mut w = EchoWindow::default();
+        w.ran(t0, 900 * US, CAP);
+        assert_eq!(w.left(t0), CAP);
+    }
+
+    #[test]
+    fn a_short_run_opens_nothing() {
+        let t0 = Instant::now();
+        let mut w = EchoWindow::default();
+        w.ran(t0, 5 * US, CAP);
+        assert_eq!(w.left(t0), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_short_run_inside_the_window_leaves_it_open() {
+        let t0 = Instant::now();
+        let mut w = EchoWindow::default();
+        w.ran(t0, 300 * US, CAP);
+        // The RELEASE after a leased GET, 100 µs into the window.
+        w.ran(t0 + 100 * US, 5 * US, CAP);
+        assert_eq!(w.left(t0 + 100 * US), 100 * US);
+        // A long run inside it may extend it, never shorten it.
+        w.ran(t0 + 150 * US, 30 * US, CAP);
+        assert_eq!(w.left(t0 + 150 * US), 50 * US);
+        w.ran(t0 + 160 * US, 150 * US, CAP);
+        assert_eq!(w.left(t0 + 160 * US), 150 * US);
+    }
+}

@@ -29,6 +29,7 @@ use strata_tiering::{Reservation, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::busy_poll::EchoWindow;
 use crate::clock::RunClock;
 use crate::cmd::{self, Out};
 use crate::node::Node;
@@ -71,18 +72,6 @@ const STREAM_VALUE_BYTES: usize = 64 * 1024;
 /// to hold a core) is left to sleep between its bytes.
 const STREAM_READ_BYTES: usize = 16 * 1024;
 
-/// How fast a client is assumed to read the values leased to it, in bytes
-/// per µs (about 4 GB/s): its next request comes once it has, so the wait
-/// for it is polled about that long too (`echo_poll_us`). Reads of 1 MiB
-/// took about 100 µs by cross-memory attach and 200 µs over the TCP data
-/// plane on the 2-vCPU VMs of docs/BENCHMARKS.md §2i; erring long costs
-/// at most `echo_poll_us` of polling, erring short a wake-up.
-const READ_BYTES_PER_US: u64 = 4096;
-
-fn reading_time(bytes: u64) -> Duration {
-    Duration::from_micros(bytes / READ_BYTES_PER_US)
-}
-
 /// A piece of queued reply output.
 enum Segment {
     Buf(Bytes),
@@ -123,9 +112,9 @@ struct Conn<'a> {
     flushed: bool,
     /// When the first bytes of the requests being served arrived.
     began: Option<Instant>,
-    /// How long the last run of requests took, from their first bytes to
+    /// The wait after a long run of requests, from their first bytes to
     /// their last reply written (`echo_poll_us`).
-    served: Duration,
+    echo: EchoWindow,
     session: Session,
 }
 
@@ -161,7 +150,7 @@ pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
         last_read: 0,
         flushed: false,
         began: None,
-        served: Duration::ZERO,
+        echo: EchoWindow::default(),
         session,
     };
     let result = conn.run().await;
@@ -239,10 +228,14 @@ impl Conn<'_> {
             self.flush().await?;
             if self.rbuf.is_empty() {
                 // Every request that arrived is answered: the next read
-                // waits for a new one, polling about as long as these took.
+                // waits for a new one, polling about as long as these took
+                // (values leased to the client count as the time it takes
+                // to copy them: its next request comes after that).
                 if let Some(began) = self.began.take() {
                     let handed = std::mem::take(&mut self.session.handed);
-                    self.served = began.elapsed() + reading_time(handed);
+                    let took = began.elapsed() + strata_rdma::spin::copy_time(handed);
+                    self.echo
+                        .ran(Instant::now(), took, self.node.cfg.echo_poll());
                 }
             }
             if self.rbuf.is_empty() && self.rbuf.capacity() > READ_BUF_KEEP_BYTES {
@@ -322,7 +315,7 @@ impl Conn<'_> {
             && self.last_read >= STREAM_READ_BYTES
             && need.saturating_sub(self.rbuf.len()) >= STREAM_VALUE_BYTES;
         let echo = if between {
-            strata_rdma::spin::echo(self.served, cfg.echo_poll())
+            self.echo.left(Instant::now())
         } else {
             Duration::ZERO
         };
