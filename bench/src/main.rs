@@ -206,8 +206,10 @@ struct Args {
     #[arg(long, default_value_t = strata_client::DEFAULT_STREAM_SPIN_US)]
     stream_spin_us: u64,
     /// Most µs an exchange polls for its reply after a request that took
-    /// 20 µs or more to write: as long again as the write took (the
-    /// client's `echo_spin_us`, at most 1000; 0: off).
+    /// 20 µs or more to write (as long again as the write took), or before
+    /// a reply of 80 KiB or more into its buffers (as long as reading it
+    /// at about 4 GB/s takes) (the client's `echo_spin_us`, at most 1000;
+    /// 0: off).
     #[arg(long, default_value_t = strata_client::DEFAULT_ECHO_SPIN_US)]
     echo_spin_us: u64,
     /// Congestion control of this client's sockets: auto, host, or a name

@@ -112,9 +112,13 @@ pub struct ClientConfig {
     /// reply for as long again as the write took, up to this many µs (at
     /// most [`SPIN_MAX`]), instead of sleeping while the node takes the
     /// payload in: a large call's wait for its reply is then no longer a
-    /// wake-up. Costs at most as much CPU as the write did, only after
-    /// long ones. 0: off. Default [`DEFAULT_ECHO_SPIN_US`]
-    /// (docs/BENCHMARKS.md §2i).
+    /// wake-up. Likewise before a reply that may bring 80 KiB or more
+    /// into the caller's buffers (a large GET, a batch of them): for as
+    /// long as reading it at about 4 GB/s takes, up to this, while no more
+    /// exchanges are in flight in the process than may poll at once (a
+    /// quarter of its cores). Costs at most as much CPU as the transfer
+    /// does, only around long ones. 0: off. Default
+    /// [`DEFAULT_ECHO_SPIN_US`] (docs/BENCHMARKS.md §2i).
     ///
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     /// [`DEFAULT_ECHO_SPIN_US`]: crate::DEFAULT_ECHO_SPIN_US

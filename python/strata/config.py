@@ -55,8 +55,10 @@ class ClientConfig:
     large ``put_from`` sent with its payload, a batch of them), a call
     polls for the reply for as long again as the write took, up to this
     (at most 1000 us), instead of sleeping while the node takes the
-    payload in; it costs at most the CPU the write did. 200 (default); 0:
-    never.
+    payload in; likewise before a reply of 80 KiB or more into the
+    caller's buffers (a large ``get_into``), for as long as reading it at
+    about 4 GB/s takes, while few calls are in flight in the process; it
+    costs at most the CPU the transfer does. 200 (default); 0: never.
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.

@@ -41,7 +41,10 @@
 //! transfer itself did, and only right after one; small requests are left
 //! to `busy_poll_us`. Values leased to the client for it to read itself
 //! (cross-memory attach, the TCP data plane) count as that transfer too,
-//! at about 4 GB/s: its next request follows once it has read them.
+//! at about 4 GB/s: its next request follows once it has read them. A
+//! short request answered inside the window (the RELEASE a client sends
+//! once it has read a leased value) leaves the window open
+//! ([`EchoWindow`]).
 //! Single 1 MiB GETs and PUTs ran 1.2-1.3× faster with it and the
 //! client's half (`echo_spin_us`) on a 2-vCPU VM (docs/BENCHMARKS.md §2i,
 //! "Polling as long as the transfer took"). Its polls are counted apart

@@ -300,7 +300,8 @@ impl Conn<'_> {
     /// Reads what the client sent next. Between requests, first polls for
     /// it for up to `busy_poll_us` when busy polling is on, or after a
     /// request that took 20 µs or more, for as long again as it took, up
-    /// to `echo_poll_us` (see `crate::busy_poll`), while a slot is free; in
+    /// to `echo_poll_us` (see `crate::busy_poll::EchoWindow`; a short
+    /// request in between leaves that window), while a slot is free; in
     /// the middle of a request arriving in bulk with at least
     /// [`STREAM_VALUE_BYTES`] of its `need` still to come, for up to
     /// `stream_poll_us` (the rest of a smaller one is one burst away, and
