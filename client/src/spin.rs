@@ -51,7 +51,8 @@ impl Windows {
     /// its first bytes is worth polling through as the wait for a large
     /// PUT's `+OK` is. With one client on a 2-vCPU VM the caller then
     /// slept 0.01-0.05 times per GET instead of once, and single GETs ran
-    /// 1.4x faster at 256 KiB, 1.06x at 1 MiB (docs/BENCHMARKS.md §2i).
+    /// 1.4x faster at 256 KiB, 1.0-1.06x at 1 MiB (docs/BENCHMARKS.md
+    /// §2i).
     pub(crate) fn reply_wait(&self, wrote: Duration, expected: usize, few: bool) -> Duration {
         use strata_rdma::spin::{copy_time, echo};
         let mut wait = self.spin.max(echo(wrote, self.echo));

@@ -66,8 +66,9 @@ pub const BUSY_POLL_US_MAX: u64 = 1000;
 /// it has copied a leased value, ahead of its next GET, and a window
 /// counted from the RELEASE alone (too short to poll after) put the node
 /// to sleep until that GET, once per GET. Keeping the GET's window,
-/// single 1 MiB GETs ran 1.1-1.2x faster and the node slept 0.1-0.4 times
-/// per GET instead of once (docs/BENCHMARKS.md §2i).
+/// single 1 MiB GETs over cross-memory attach ran 1.11x faster and the
+/// node slept 0.25-0.7 times per GET instead of once; with the client's
+/// half for large replies as well, 1.24-1.38x (docs/BENCHMARKS.md §2i).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct EchoWindow {
     until: Option<Instant>,
