@@ -53,9 +53,11 @@ if [[ "${1:-}" != --inner ]]; then
     need_packages redis-server redis-tools iperf3 libibverbs1 libnuma1 libcurl4
     mooncake_venv "$VENV"
     (cd "$ROOT" && cargo build --release -q -p strata-server -p strata-bench &&
-        cargo build --release -q -p strata-rdma --example cma_loop)
+        cargo build --release -q -p strata-rdma --example cma_loop &&
+        cargo build --release -q -p strata-bench --example pingpong)
     mkdir -p "$OUT"
     : >"$RESULTS"
+    : >"$OUT/probe.jsonl"
     echo "load before: $(uptime)" >&2
     exec unshare -n -- "$0" --inner
 fi
@@ -71,14 +73,29 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
+# With PIN: how long one cache line takes from the server's CPU to the
+# client's and back, before each client run (bench/examples/pingpong.rs),
+# so that a round run while the host had put the two vCPUs in different
+# L3 domains (every loopback transfer slower, BENCHMARKS §2j) can be told
+# from the others. One JSON line per sample in $PROBES.
+PROBES=$OUT/probe.jsonl
+probe() { # system
+    [[ -n $PIN ]] || return 0
+    local ns
+    ns=$("$BIN/examples/pingpong" "${PIN%%:*}" "${PIN##*:}") || return 0
+    echo "{\"system\": \"$1\", \"round\": ${ROUND:-1}, \"ns\": $ns}" >>"$PROBES"
+}
+
 bench() { # system api addr target [strata-bench flags...]
     local system=$1 api=$2 addr=$3 target=$4 b size n
     shift 4
     for c in $CLIENTS; do
+        probe "$system"
         "${CLI[@]}" "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$SIZES" \
             --keys "$KEYS" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
         for b in $BATCHES; do
             size=${b%%:*} n=${b##*:}
+            probe "$system"
             "${CLI[@]}" "$BIN/strata-bench" --target "$target" --addr "$addr" --api "$api" --system "$system" --sizes "$size" \
                 --keys "$((n * 4))" --batch "$n" -c "$c" --duration "$DURATION" --json "$RESULTS" "$@" 2>>"$OUT/bench.log"
         done
@@ -143,6 +160,7 @@ one_round() {
     # A Mooncake call that fails is counted in its row (marked ! in the table);
     # it does not stop the comparison.
     mooncake() {
+        probe mooncake
         "${CLI[@]}" "$VENV/bin/python" "$ROOT/bench/mooncake_bench.py" --json "$RESULTS" --duration "$DURATION" "$@" \
             2>>"$OUT/mooncake.log" || echo "mooncake_bench $*: some operations failed (see the table)" >&2
     }
@@ -162,6 +180,7 @@ one_round() {
     "${SRV[@]}" iperf3 -s -B 127.0.0.1 -p "$IP" >"$OUT/iperf3-server.log" 2>&1 &
     PIDS+=($!)
     wait_port "$IP"
+    probe iperf3
     "${CLI[@]}" iperf3 -c 127.0.0.1 -p "$IP" -t 3 -J "${IPERF_CC[@]}" >"$OUT/iperf3.json"
     kill "${PIDS[-1]}"
     iperf3_row "$OUT/iperf3.json" >>"$RESULTS"
@@ -170,7 +189,7 @@ one_round() {
 for r in $(seq "$ROUNDS"); do
     echo "round $r of $ROUNDS: $(uptime)" >&2
     : >"$OUT/round.jsonl"
-    RESULTS=$OUT/round.jsonl one_round
+    ROUND=$r RESULTS=$OUT/round.jsonl one_round
     python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
@@ -179,7 +198,7 @@ for line in open(sys.argv[1]):
 ' "$OUT/round.jsonl" "$r" >>"$RESULTS"
 done
 
-python3 "$ROOT/bench/compare_table.py" "$RESULTS"
+python3 "$ROOT/bench/compare_table.py" "$RESULTS" "$PROBES"
 echo
 echo "same-host ceiling (bench: rdma/examples/cma_loop.rs, one reader process):"
 "$BIN/examples/cma_loop" "$DURATION"

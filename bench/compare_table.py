@@ -99,7 +99,47 @@ def ratios(cells, clients, title, system, size, batch, against, iperf):
             print(line)
 
 
-def main(path):
+def split_levels(values):
+    """The cut between a low and a high level of round trips: the higher
+    value at the widest ratio between neighbours in sorted order, when that
+    ratio is 2 or more (else None: one level)."""
+    vs = sorted(set(values))
+    jumps = [(b / a, b) for a, b in zip(vs, vs[1:]) if a > 0]
+    if not jumps:
+        return None
+    ratio, cut = max(jumps)
+    return cut if ratio >= 2 else None
+
+
+def probes(path):
+    """The probe table: per round and system, how many of the samples taken
+    before that system's client runs were at the high level."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    if not rows:
+        return
+    ns = [r["ns"] for r in rows]
+    cut = split_levels(ns)
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    print("\nCache-line round trip between the pinned CPUs (bench/examples/pingpong.rs), sampled before each client "
+          "run:", end=" ")
+    if cut is None:
+        print(f"one level, {min(ns)}-{max(ns)} ns.")
+        return
+    low = [n for n in ns if n < cut]
+    high = [n for n in ns if n >= cut]
+    print(f"low {min(low)}-{max(low)} ns, high {min(high)}-{max(high)} ns (vCPUs in different L3 domains, "
+          "docs/BENCHMARKS.md §2j). Samples at the high level / samples, per round and system:")
+    print(f"{'round':>6} | " + " | ".join(f"{s:>10}" for s in systems) + " | all")
+    for rnd in sorted({r["round"] for r in rows}):
+        mine = [r for r in rows if r["round"] == rnd]
+        cells = []
+        for s in systems:
+            got = [r["ns"] for r in mine if r["system"] == s]
+            cells.append(f"{sum(n >= cut for n in got):>4} / {len(got):<3}" if got else f"{'-':>10}")
+        print(f"{rnd:>6} | " + " | ".join(cells) + f" | {sum(r['ns'] >= cut for r in mine)} / {len(mine)}")
+
+
+def main(path, probe_path=None):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     grouped = {}
     for r in rows:
@@ -140,7 +180,9 @@ def main(path):
     failed = [r for r in rows if r["errors"] or r.get("mismatches")]
     if failed:
         print(f"\n{len(failed)} cell-round(s) had errors or mismatches (marked !)")
+    if probe_path:
+        probes(probe_path)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
