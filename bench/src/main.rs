@@ -247,7 +247,28 @@ struct Tally {
     mismatches: u64,
 }
 
+/// Keeps glibc's allocator from handing the values of one batch back to
+/// the kernel and faulting them in again for the next. Inline GETs return
+/// each value in memory of its own; glibc trims its heap when a free
+/// leaves more than 128 KiB on top, and whether a batch's frees do that
+/// varies from run to run: 32 x 64 KiB inline GETs at one client faulted
+/// in 14-33 pages per batch in some runs and 123 in others, and ran 1.4
+/// against 2.2-2.6 GB/s (docs/BENCHMARKS.md §2j). The load generator's
+/// allocator is not what it measures, for strata or for Redis, so it is
+/// held steady: no trimming, and no fresh mapping per value.
+fn steady_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+        // glibc's most for the mmap threshold on 64-bit (HEAP_MAX_SIZE / 2).
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+    }
+}
+
 fn main() -> std::process::ExitCode {
+    steady_allocator();
     let args = Args::parse();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(w) = args.workers {
