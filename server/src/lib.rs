@@ -69,7 +69,6 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     );
     node.spawn_event_publisher();
     node.spawn_expiry();
-    node.spawn_metrics_upkeep();
     node.spawn_lease_sweeper();
     services::repair::spawn_sweeper(&node);
     if let Some(http) = http {

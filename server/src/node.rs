@@ -20,8 +20,6 @@ use crate::metrics::Metrics;
 
 /// How long a cluster member remembers a delete.
 const TOMBSTONE_MS: u64 = 10 * 60 * 1000;
-/// Latency samples are folded into histograms this often.
-const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Active expiry runs this often...
 const EXPIRY_INTERVAL: Duration = Duration::from_millis(100);
 /// ...and removes at most this many keys per run, so that a mass expiry
@@ -304,19 +302,6 @@ impl Node {
                 tick.tick().await;
                 let Some(node) = node.upgrade() else { return };
                 node.leases.sweep(now_ms());
-            }
-        });
-    }
-
-    /// Keeps the metrics recorder's memory bounded.
-    pub fn spawn_metrics_upkeep(self: &Arc<Self>) {
-        let node = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
-            loop {
-                tick.tick().await;
-                let Some(node) = node.upgrade() else { return };
-                node.metrics.upkeep();
             }
         });
     }

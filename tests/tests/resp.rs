@@ -224,6 +224,24 @@ fn commands_are_counted_by_name() {
         server.metric("strata_command_errors_total{cmd=\"expire\"}"),
         1.0
     );
+    // The latency histogram counts the same calls, each in one bucket.
+    assert_eq!(
+        server.metric("strata_command_seconds_count{cmd=\"set\"}"),
+        3.0
+    );
+    assert_eq!(
+        server.metric("strata_command_seconds_bucket{cmd=\"set\",le=\"+Inf\"}"),
+        3.0
+    );
+    assert_eq!(
+        server.metric("strata_command_seconds_bucket{cmd=\"set\",le=\"10\"}"),
+        3.0
+    );
+    assert!(server.metric("strata_command_seconds_sum{cmd=\"set\"}") > 0.0);
+    assert_eq!(
+        server.metric("strata_command_seconds_count{cmd=\"get\"}"),
+        1.0
+    );
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut con)

@@ -1,15 +1,30 @@
 //! What flows through the node: payload transfers by direction and
 //! transport, and the prefix lookups engines make. Like the rest of the
-//! metrics, plain atomics are the source (INFO reads them); only the
-//! latency histograms are recorded straight into the exporter.
+//! metrics, plain atomics are the source (INFO reads them), histograms
+//! included ([`super::histogram`]).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Key, Label, Recorder, Unit};
+use metrics::{Counter, Key, Label, Recorder, Unit};
 use strata_rdma::TransportKind;
 
-use super::META;
+use super::histogram::{Family, Histogram};
+use super::{LATENCY_BUCKETS, META};
+
+static TRANSFER_SECONDS: Family = Family::new(
+    "strata_transfer_seconds",
+    "Time of one transfer (a PUT's pull, an MPUT batch's pulls, a replica pull; for out: from the GET's lease to its RELEASE), by direction and transport.",
+    LATENCY_BUCKETS,
+    1e9,
+);
+
+static PREFIX_RUN_BLOCKS: Family = Family::new(
+    "strata_prefix_run_blocks",
+    "Blocks found per PREFIX lookup (the length of the stored run).",
+    RUN_BUCKETS,
+    1.0,
+);
 
 /// Which way a payload moved, as the node sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +87,6 @@ impl Transfers {
             Some(Unit::Bytes),
             "Payload bytes moved by the data plane, by direction (in: pulled for PUT, out: leased to GET, replica: pulled as a replica copy) and transport.".into(),
         );
-        r.describe_histogram(
-            "strata_transfer_seconds".into(),
-            Some(Unit::Seconds),
-            "Time of one transfer (a PUT's pull, an MPUT batch's pulls, a replica pull; for out: from the GET's lease to its RELEASE), by direction and transport.".into(),
-        );
         let mut flows = Vec::with_capacity(9);
         for direction in Direction::ALL {
             for t in TRANSPORTS {
@@ -96,10 +106,7 @@ impl Transfers {
                         &Key::from_parts("strata_transfer_bytes_total", labels()),
                         &META,
                     ),
-                    seconds: r.register_histogram(
-                        &Key::from_parts("strata_transfer_seconds", labels()),
-                        &META,
-                    ),
+                    seconds: TRANSFER_SECONDS.series(),
                 });
             }
         }
@@ -124,7 +131,7 @@ impl Transfers {
         f.transfers.fetch_add(1, Relaxed);
         f.bytes.fetch_add(bytes, Relaxed);
         f.usec.fetch_add(elapsed.as_micros() as u64, Relaxed);
-        f.seconds.record(elapsed.as_secs_f64());
+        f.seconds.record_duration(elapsed);
     }
 
     /// Counts bytes whose time is recorded later (a GET's lease: its time
@@ -139,7 +146,7 @@ impl Transfers {
     pub fn add_time(&self, direction: Direction, transport: TransportKind, elapsed: Duration) {
         let f = self.flow(direction, transport);
         f.usec.fetch_add(elapsed.as_micros() as u64, Relaxed);
-        f.seconds.record(elapsed.as_secs_f64());
+        f.seconds.record_duration(elapsed);
     }
 
     pub fn flows(&self) -> &[Flow] {
@@ -150,6 +157,20 @@ impl Transfers {
         for f in &self.flows {
             f.bytes_out.absolute(f.bytes.load(Relaxed));
         }
+    }
+
+    pub(super) fn render(&self, out: &mut String) {
+        TRANSFER_SECONDS.render(
+            out,
+            self.flows.iter().map(|f| {
+                let labels = format!(
+                    "direction=\"{}\",transport=\"{}\",",
+                    f.direction.as_str(),
+                    f.transport
+                );
+                (labels, &f.seconds)
+            }),
+        );
     }
 }
 
@@ -180,11 +201,6 @@ impl Prefixes {
             r.describe_counter(name.into(), Some(Unit::Count), help.into());
             r.register_counter(&Key::from_name(name), &META)
         };
-        r.describe_histogram(
-            "strata_prefix_run_blocks".into(),
-            Some(Unit::Count),
-            "Blocks found per PREFIX lookup (the length of the stored run).".into(),
-        );
         Prefixes {
             lookups: AtomicU64::new(0),
             requested: AtomicU64::new(0),
@@ -198,7 +214,7 @@ impl Prefixes {
                 "strata_prefix_blocks_found_total",
                 "Blocks PREFIX lookups found stored, from the first: found / requested is the prefix hit rate.",
             ),
-            run: r.register_histogram(&Key::from_name("strata_prefix_run_blocks"), &META),
+            run: PREFIX_RUN_BLOCKS.series(),
         }
     }
 
@@ -207,12 +223,16 @@ impl Prefixes {
         self.lookups.fetch_add(1, Relaxed);
         self.requested.fetch_add(requested as u64, Relaxed);
         self.found.fetch_add(found as u64, Relaxed);
-        self.run.record(found as f64);
+        self.run.record(found as u64);
     }
 
     pub(super) fn export(&self) {
         self.lookups_out.absolute(self.lookups.load(Relaxed));
         self.requested_out.absolute(self.requested.load(Relaxed));
         self.found_out.absolute(self.found.load(Relaxed));
+    }
+
+    pub(super) fn render(&self, out: &mut String) {
+        PREFIX_RUN_BLOCKS.render(out, [(String::new(), &self.run)]);
     }
 }

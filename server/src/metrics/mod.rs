@@ -2,18 +2,17 @@
 //!
 //! The source of truth is plain atomics (and the store's own counters), so
 //! that `INFO` and `/metrics` read the very same numbers. At each scrape the
-//! Prometheus counters and gauges are set from them; only latency
-//! histograms are recorded directly. Names carry units; labels are few and
+//! Prometheus counters and gauges are set from them; histograms are
+//! counts per bucket kept here ([`histogram`]) and rendered after the
+//! exporter's output. Names carry units; labels are few and
 //! bounded (the command name comes from the fixed command table, never
 //! from client input).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, Unit};
-use metrics_exporter_prometheus::{
-    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
-};
+use metrics::{Counter, Gauge, Key, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use strata_rdma::tcp::TcpStats;
 use strata_tiering::spill::SpillStats;
@@ -23,7 +22,9 @@ use crate::cma::Cma;
 use crate::pubsub::Hub;
 
 mod flows;
+pub mod histogram;
 pub use flows::{Direction, Prefixes, Transfers};
+use histogram::{Family, Histogram};
 
 /// What a scrape reads beyond these metrics' own atomics: the figures of
 /// the parts the node is made of, gathered by the node.
@@ -50,6 +51,8 @@ pub struct CommandStats {
     pub calls: AtomicU64,
     pub errors: AtomicU64,
     pub usec: AtomicU64,
+    /// The `cmd` label: the command's name in lower case.
+    name: String,
     latency: Histogram,
     calls_out: Counter,
     errors_out: Counter,
@@ -62,7 +65,7 @@ impl CommandStats {
         if error {
             self.errors.fetch_add(1, Relaxed);
         }
-        self.latency.record(elapsed.as_secs_f64());
+        self.latency.record_duration(elapsed);
     }
 }
 
@@ -215,6 +218,14 @@ const LATENCY_BUCKETS: &[f64] = &[
     1.0, 2.5, 10.0,
 ];
 
+/// `strata_command_seconds`, one series per command.
+static COMMAND_SECONDS: Family = Family::new(
+    "strata_command_seconds",
+    "Time to execute a command (excluding network), by command.",
+    LATENCY_BUCKETS,
+    1e9,
+);
+
 pub(crate) static META: Metadata<'static> =
     Metadata::new("strata", Level::INFO, Some(module_path!()));
 
@@ -222,25 +233,7 @@ impl Metrics {
     /// The node's figures; `commands` names the commands it counts, in
     /// the order their [`CommandStats`] are indexed.
     pub fn new(commands: &[&str]) -> Metrics {
-        let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full("strata_command_seconds".into()),
-                LATENCY_BUCKETS,
-            )
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("strata_transfer_seconds".into()),
-                    LATENCY_BUCKETS,
-                )
-            })
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("strata_prefix_run_blocks".into()),
-                    flows::RUN_BUCKETS,
-                )
-            })
-            .map(PrometheusBuilder::build_recorder)
-            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         let r = &recorder;
         let counter = |name: &'static str, unit: Unit, help: &'static str| {
@@ -422,11 +415,6 @@ impl Metrics {
             Some(Unit::Count),
             "Commands that replied with an error, by command.".into(),
         );
-        r.describe_histogram(
-            "strata_command_seconds".into(),
-            Some(Unit::Seconds),
-            "Time to execute a command (excluding network), by command.".into(),
-        );
         let commands = commands
             .iter()
             .map(|name| {
@@ -435,10 +423,8 @@ impl Metrics {
                     calls: AtomicU64::new(0),
                     errors: AtomicU64::new(0),
                     usec: AtomicU64::new(0),
-                    latency: r.register_histogram(
-                        &Key::from_parts("strata_command_seconds", labels()),
-                        &META,
-                    ),
+                    name: name.to_ascii_lowercase(),
+                    latency: COMMAND_SECONDS.series(),
                     calls_out: r.register_counter(
                         &Key::from_parts("strata_commands_total", labels()),
                         &META,
@@ -751,13 +737,6 @@ impl Metrics {
         }
     }
 
-    /// Folds recorded latency samples into their histograms. The exporter
-    /// keeps raw samples until then, so this must run periodically even
-    /// when nobody scrapes, or memory grows with every command.
-    pub fn upkeep(&self) {
-        self.handle.run_upkeep();
-    }
-
     /// The Prometheus text exposition, with every figure brought up to date.
     pub fn render(&self, x: &Scrape<'_>) -> String {
         let e = &self.exported;
@@ -893,6 +872,15 @@ impl Metrics {
         }
         // Keep the recorder alive for as long as the handles are used.
         let _ = &self.recorder;
-        self.handle.render()
+        let mut out = self.handle.render();
+        COMMAND_SECONDS.render(
+            &mut out,
+            self.commands
+                .iter()
+                .map(|c| (format!("cmd=\"{}\",", c.name), &c.latency)),
+        );
+        self.transfers.render(&mut out);
+        self.prefixes.render(&mut out);
+        out
     }
 }
