@@ -106,7 +106,11 @@ impl Transfers {
                         &Key::from_parts("strata_transfer_bytes_total", labels()),
                         &META,
                     ),
-                    seconds: TRANSFER_SECONDS.series(),
+                    seconds: TRANSFER_SECONDS.series(format!(
+                        "direction=\"{}\",transport=\"{}\",",
+                        direction.as_str(),
+                        transport_name(t)
+                    )),
                 });
             }
         }
@@ -160,17 +164,7 @@ impl Transfers {
     }
 
     pub(super) fn render(&self, out: &mut String) {
-        TRANSFER_SECONDS.render(
-            out,
-            self.flows.iter().map(|f| {
-                let labels = format!(
-                    "direction=\"{}\",transport=\"{}\",",
-                    f.direction.as_str(),
-                    f.transport
-                );
-                (labels, &f.seconds)
-            }),
-        );
+        TRANSFER_SECONDS.render(out, self.flows.iter().map(|f| &f.seconds));
     }
 }
 
@@ -214,7 +208,7 @@ impl Prefixes {
                 "strata_prefix_blocks_found_total",
                 "Blocks PREFIX lookups found stored, from the first: found / requested is the prefix hit rate.",
             ),
-            run: PREFIX_RUN_BLOCKS.series(),
+            run: PREFIX_RUN_BLOCKS.series(String::new()),
         }
     }
 
@@ -233,6 +227,6 @@ impl Prefixes {
     }
 
     pub(super) fn render(&self, out: &mut String) {
-        PREFIX_RUN_BLOCKS.render(out, [(String::new(), &self.run)]);
+        PREFIX_RUN_BLOCKS.render(out, [&self.run]);
     }
 }

@@ -13,10 +13,13 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-/// One histogram series: counts per bucket (not cumulative; the last one
-/// is `+Inf`) and the sum of what was recorded, in integer units.
+/// One histogram series: its labels, counts per bucket (not cumulative;
+/// the last one is `+Inf`) and the sum of what was recorded, in integer
+/// units.
 #[derive(Debug)]
 pub struct Histogram {
+    /// `k="v",` pairs, as rendered inside the braces (empty for none).
+    labels: Box<str>,
     /// Upper bounds in units, ascending.
     limits: Box<[u64]>,
     counts: Box<[AtomicU64]>,
@@ -27,9 +30,10 @@ impl Histogram {
     /// Buckets with upper bounds `bounds` (ascending, in the exported
     /// unit), recorded in units of `1 / scale` of it (1e9 for seconds
     /// recorded as nanoseconds).
-    pub fn new(bounds: &[f64], scale: f64) -> Histogram {
+    fn new(labels: String, bounds: &[f64], scale: f64) -> Histogram {
         debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
         Histogram {
+            labels: labels.into(),
             limits: bounds.iter().map(|b| (b * scale).round() as u64).collect(),
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             sum: AtomicU64::new(0),
@@ -38,8 +42,8 @@ impl Histogram {
 
     /// Counts one observation of `units`.
     pub fn record(&self, units: u64) {
-        // Most observations fall in the first few buckets: a forward scan
-        // beats a binary search over 13-18 bounds.
+        // Most observations fall in the first few buckets, where a forward
+        // scan over the 13-18 bounds stops at once.
         let i = self
             .limits
             .iter()
@@ -80,22 +84,19 @@ impl Family {
         }
     }
 
-    /// A series of this family.
-    pub fn series(&self) -> Histogram {
-        Histogram::new(self.bounds, self.scale)
+    /// A series of this family with `labels`, written as `k="v",` pairs
+    /// (empty for none).
+    pub fn series(&self, labels: String) -> Histogram {
+        Histogram::new(labels, self.bounds, self.scale)
     }
 
-    /// Appends the family to `out`: each series with its labels, written
-    /// as `k="v",` pairs (empty for none).
-    pub fn render<'a>(
-        &self,
-        out: &mut String,
-        series: impl IntoIterator<Item = (String, &'a Histogram)>,
-    ) {
+    /// Appends the family to `out`, made of `series` (all of this family).
+    pub fn render<'a>(&self, out: &mut String, series: impl IntoIterator<Item = &'a Histogram>) {
         let name = self.name;
         let _ = writeln!(out, "# HELP {name} {}", self.help);
         let _ = writeln!(out, "# TYPE {name} histogram");
-        for (labels, h) in series {
+        for h in series {
+            let labels = &h.labels;
             // Counts are read one by one while others may record: a
             // scrape may see an observation in a bucket and not yet in
             // another's total, never a count that goes down.
@@ -107,15 +108,13 @@ impl Family {
             cumulative += h.counts[self.bounds.len()].load(Relaxed);
             let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {cumulative}");
             let sum = h.sum.load(Relaxed) as f64 / self.scale;
-            let braces = |l: &str| {
-                if l.is_empty() {
-                    String::new()
-                } else {
-                    format!("{{{}}}", l.trim_end_matches(','))
-                }
+            let braced = if labels.is_empty() {
+                String::new()
+            } else {
+                format!("{{{}}}", labels.trim_end_matches(','))
             };
-            let _ = writeln!(out, "{name}_sum{} {sum}", braces(&labels));
-            let _ = writeln!(out, "{name}_count{} {cumulative}", braces(&labels));
+            let _ = writeln!(out, "{name}_sum{braced} {sum}");
+            let _ = writeln!(out, "{name}_count{braced} {cumulative}");
         }
         out.push('\n');
     }
@@ -129,13 +128,13 @@ mod tests {
     fn observations_land_in_their_bucket_and_render_cumulative() {
         const BOUNDS: &[f64] = &[1e-5, 1e-3, 1.0];
         let fam = Family::new("t_seconds", "Test.", BOUNDS, 1e9);
-        let h = fam.series();
+        let h = fam.series("cmd=\"get\",".to_string());
         h.record_duration(Duration::from_micros(10)); // on the first bound
         h.record_duration(Duration::from_micros(11));
         h.record_duration(Duration::from_millis(2));
         h.record_duration(Duration::from_secs(5)); // +Inf
         let mut out = String::new();
-        fam.render(&mut out, [("cmd=\"get\",".to_string(), &h)]);
+        fam.render(&mut out, [&h]);
         let want = "# HELP t_seconds Test.\n# TYPE t_seconds histogram\n\
             t_seconds_bucket{cmd=\"get\",le=\"0.00001\"} 1\n\
             t_seconds_bucket{cmd=\"get\",le=\"0.001\"} 2\n\
@@ -150,11 +149,11 @@ mod tests {
     fn a_series_without_labels_renders_bare() {
         const BOUNDS: &[f64] = &[0.0, 2.0];
         let fam = Family::new("t_blocks", "Blocks.", BOUNDS, 1.0);
-        let h = fam.series();
+        let h = fam.series(String::new());
         h.record(0);
         h.record(3);
         let mut out = String::new();
-        fam.render(&mut out, [(String::new(), &h)]);
+        fam.render(&mut out, [&h]);
         assert!(out.contains("t_blocks_bucket{le=\"0\"} 1\n"), "{out}");
         assert!(out.contains("t_blocks_bucket{le=\"2\"} 1\n"), "{out}");
         assert!(out.contains("t_blocks_bucket{le=\"+Inf\"} 2\n"), "{out}");

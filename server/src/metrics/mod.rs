@@ -51,8 +51,6 @@ pub struct CommandStats {
     pub calls: AtomicU64,
     pub errors: AtomicU64,
     pub usec: AtomicU64,
-    /// The `cmd` label: the command's name in lower case.
-    name: String,
     latency: Histogram,
     calls_out: Counter,
     errors_out: Counter,
@@ -423,8 +421,8 @@ impl Metrics {
                     calls: AtomicU64::new(0),
                     errors: AtomicU64::new(0),
                     usec: AtomicU64::new(0),
-                    name: name.to_ascii_lowercase(),
-                    latency: COMMAND_SECONDS.series(),
+                    latency: COMMAND_SECONDS
+                        .series(format!("cmd=\"{}\",", name.to_ascii_lowercase())),
                     calls_out: r.register_counter(
                         &Key::from_parts("strata_commands_total", labels()),
                         &META,
@@ -873,12 +871,7 @@ impl Metrics {
         // Keep the recorder alive for as long as the handles are used.
         let _ = &self.recorder;
         let mut out = self.handle.render();
-        COMMAND_SECONDS.render(
-            &mut out,
-            self.commands
-                .iter()
-                .map(|c| (format!("cmd=\"{}\",", c.name), &c.latency)),
-        );
+        COMMAND_SECONDS.render(&mut out, self.commands.iter().map(|c| &c.latency));
         self.transfers.render(&mut out);
         self.prefixes.render(&mut out);
         out
