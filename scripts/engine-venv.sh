@@ -20,7 +20,7 @@ case "$NAME" in
   engines)
     REQ=python/tests/engines
     files=("$REQ"/requirements.txt "$REQ"/requirements-nodeps.txt "$REQ"/requirements-sglang.txt)
-    probe='import lmcache, sglang, torchvision; from sglang.srt.mem_cache.hicache_storage import HiCacheStorage; from sglang.srt.managers.cache_controller import HiCacheController'
+    probe='import lmcache, sglang, torchvision; from sglang.srt.mem_cache.hicache_storage import HiCacheStorage; from sglang.srt.managers.cache_controller import HiCacheController; import sglang.srt.mem_cache.unified_radix_cache'
     size="~6.5 GB" ;;
   vllm)
     REQ=python/tests/vllm

@@ -80,17 +80,31 @@ def mooncake_env(**extra: str) -> dict:
     return {"PYTHONPATH": where, **extra}
 
 
-def run_driver(script: str, *args: str, env: dict = None) -> list:
-    """Runs a driver in a fresh interpreter; its ``RESULT {json}`` lines."""
+def start_driver(script: str, *args: str, env: dict = None) -> subprocess.Popen:
+    """Starts a driver in a fresh interpreter (collect it with ``driver_results``)."""
     full_env = dict(os.environ)
     # SGLang JIT-builds a C++ extension with the venv's ninja.
     full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
     full_env.update(env or {})
-    proc = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, str(HERE / script), *args],
-        capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, env=full_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
     )
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+def driver_results(proc: subprocess.Popen, what: str) -> list:
+    """A started driver's ``RESULT {json}`` lines, once it exits."""
+    try:
+        stdout, stderr = proc.communicate(timeout=DRIVER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not results:
-        raise AssertionError(f"{script} {args[0]} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        raise AssertionError(f"{what} exited {proc.returncode}:\n{stdout[-4000:]}\n{stderr[-8000:]}")
     return results
+
+
+def run_driver(script: str, *args: str, env: dict = None) -> list:
+    """Runs a driver in a fresh interpreter; its ``RESULT {json}`` lines."""
+    return driver_results(start_driver(script, *args, env=env), f"{script} {args[0]}")

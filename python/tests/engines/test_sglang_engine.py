@@ -95,8 +95,14 @@ def test_factory_loads_it_and_unsupported_setups_are_refused_up_front(server):
 
     backend = StorageBackendFactory.create_backend("dynamic", config(), None)
     assert isinstance(backend, StrataHiCacheStorage)
-    with pytest.raises(NotImplementedError, match="hybrid models"):
-        backend.register_mem_host_pool_v2(object(), "mamba")
+    # Pools the backend cannot store are refused when SGLang registers them
+    # (its attach then fails with the reason), never inside a transfer.
+    with pytest.raises(NotImplementedError, match="DeepSeek-V4"):
+        backend.register_mem_host_pool_v2(object(), "deepseek_v4_c4")
+    with pytest.raises(ValueError, match="neither page buffers .* nor flat pages"):
+        backend.register_mem_host_pool_v2(object(), "swa")
+    with pytest.raises(RuntimeError, match="without a KV pool"):
+        backend.on_host_pools_registered()
     backend.close()
     with pytest.raises(Exception, match="split heads"):
         StorageBackendFactory.create_backend("dynamic", config(should_split_heads=True, tp_lcm_size=4), None)

@@ -1,0 +1,323 @@
+"""Drives strata's HiCache backend through the construction SGLang's server
+performs (sglang 0.5.23), one role per process:
+
+    python sglang_server_driver.py write|read SEEDS SCENARIOS_JSON
+
+The server arguments come from the command line a user types
+(``prepare_server_args`` with ``--enable-hierarchical-cache
+--hicache-storage-backend dynamic --hicache-storage-backend-extra-config
+...``, as python/README.md documents); the tree cache from SGLang's own
+``create_unified_radix_cache``, which builds a ``HostPoolGroup`` and a
+``HybridCacheController`` and attaches the backend (``register_mem_pool_host``,
+``register_mem_host_pool_v2`` for each pool, ``on_host_pools_registered``).
+The driver then backs pages up and prefetches them through that controller
+(its backup and prefetch threads), as the tree does.
+
+Each scenario names the model kind (``mha``, ``mla``, or ``mamba``: a
+hybrid model whose Mamba state is a sidecar pool), the controller path
+(``v1`` zero-copy or ``generic``), the ranks this process plays and a seed.
+``write`` fills the host pages (and the Mamba state of the last page,
+unless ``no_state``) with bytes derived from the seed and backs them up; ``read`` prefetches the same
+tokens into a fresh controller in another process and compares every page.
+With ``pause``, ``read`` waits after attaching for the test to act (see
+``pause``). One JSON line per scenario goes to stdout.
+
+Played here rather than by SGLang: the model runner's device pools (built
+as SGLang's own constructors build them, on the CPU), the tree's part
+around the controller (the host slots of a storage hit, handed to the IO
+thread; a hybrid model's Mamba transfer, built as SGLang's Mamba component
+builds it: the node's one state under its last page hash, a trailing-page
+hit), and CUDA's registration of the
+host pools (``cudaHostRegister``: there is no GPU, so it is skipped, as the
+legacy driver's ``pin_memory=False`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+import sglang.srt.mem_cache.pool_host.common as pool_host_common
+from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+from sglang.srt.mem_cache.memory_pool import (
+    HybridLinearKVPool,
+    HybridReqToTokenPool,
+    MHATokenToKVPool,
+    MLATokenToKVPool,
+    ReqToTokenPool,
+)
+from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_unified_radix_cache
+from sglang.srt.mem_cache.utils import get_storage_hash_str
+from sglang.srt.runtime_context import get_context, get_parallel
+from sglang.srt.server_args import prepare_server_args
+
+PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS_DEVICE = 16, 4, 4, 32, 1024
+TIMEOUT_S = 600
+
+# What SGLang's server, run on a GPU, does with host pools; nothing to do here.
+pool_host_common._cuda_host_register = lambda *args, **kwargs: None
+
+
+class ModelWorker:
+    """The one call the tree makes on its model worker when HiCache is on."""
+
+    def register_hicache_layer_transfer_counter(self, counter) -> None:
+        self.counter = counter
+
+
+def model_dir() -> str:
+    """A model directory with only a config (the pools here are built from
+    the shapes above; ServerArgs reads the config)."""
+    d = tempfile.mkdtemp(prefix="sgl-model-")
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HEADS * HEAD_DIM,
+              "intermediate_size": 256, "num_attention_heads": HEADS, "num_key_value_heads": HEADS,
+              "num_hidden_layers": LAYERS, "vocab_size": 256, "max_position_embeddings": 4096,
+              "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "head_dim": HEAD_DIM}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    return d
+
+
+def server_args(s: dict, seeds: str):
+    """The documented command line, parsed by SGLang."""
+    extra = {"backend_name": "strata", "module_path": "strata.adapters.sglang",
+             "class_name": "StrataHiCacheStorage", "strata_seeds": seeds}
+    if s["path"] == "v1":
+        extra["interface_v1"] = 1
+    argv = ["--model-path", MODEL_DIR, "--served-model-name", s["model"], "--device", "cpu",
+            "--tp-size", str(s["ranks"].get("tp_size", 1)), "--pp-size", str(s["ranks"].get("pp_size", 1)),
+            "--page-size", str(PAGE), "--enable-hierarchical-cache", "--hicache-ratio", "2",
+            "--hicache-mem-layout", "page_first", "--hicache-storage-backend", "dynamic",
+            "--hicache-storage-backend-extra-config", json.dumps(extra), "--skip-tokenizer-init"]
+    return prepare_server_args(argv)
+
+
+def device_pools(s: dict):
+    """The device KV pool and allocators the model runner would build."""
+    if s["pool"] == "mamba":
+        return mamba_pools()
+    if s["pool"] == "mla":
+        dev = MLATokenToKVPool(TOKENS_DEVICE, PAGE, torch.bfloat16, 64, 16, LAYERS, "cpu", False,
+                               start_layer=0, end_layer=LAYERS)
+    else:
+        dev = MHATokenToKVPool(TOKENS_DEVICE, PAGE, torch.bfloat16, HEADS, HEAD_DIM, LAYERS, "cpu", False,
+                               start_layer=0, end_layer=LAYERS)
+    alloc = PagedTokenToKVPoolAllocator(TOKENS_DEVICE, PAGE, torch.bfloat16, "cpu", dev, False)
+    return ReqToTokenPool(8, 4096, "cpu", False), alloc
+
+
+def mamba_pools():
+    """A hybrid model's pools: attention on the odd layers, Mamba2 state
+    (conv and temporal) on the even ones, as Qwen3-Next-style models have."""
+    shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=64, n_groups=1, num_heads=2,
+                                    head_dim=32, state_size=16, conv_kernel=4)
+    mamba_layers = list(range(0, LAYERS, 2))
+    req_pool = HybridReqToTokenPool(
+        size=8, mamba_size=32, mamba_spec_state_size=8, max_context_len=4096, device="cpu",
+        enable_memory_saver=False, cache_params=Mamba2CacheParams(shape=shape, layers=mamba_layers),
+        mamba_layer_ids=mamba_layers, enable_mamba_extra_buffer=True,
+    )
+    dev = HybridLinearKVPool(size=TOKENS_DEVICE, dtype=torch.bfloat16, page_size=PAGE, head_num=HEADS,
+                             head_dim=HEAD_DIM, full_attention_layer_ids=list(range(1, LAYERS, 2)),
+                             device="cpu", mamba_pool=req_pool.mamba_pool)
+    return req_pool, PagedTokenToKVPoolAllocator(TOKENS_DEVICE, PAGE, torch.bfloat16, "cpu", dev, False)
+
+
+def tree_cache(s: dict, seeds: str):
+    """SGLang's server-side construction of the tree cache and its controller."""
+    ranks = s.get("ranks", {})
+    args = server_args(s, seeds)
+    get_context().set_server_args(args)
+    get_parallel().override_permanently(
+        tp_rank=ranks.get("tp_rank", 0), tp_size=ranks.get("tp_size", 1),
+        pp_rank=ranks.get("pp_rank", 0), pp_size=ranks.get("pp_size", 1),
+        attn_dcp_size=1, attn_dcp_rank=0,
+    )
+    req_pool, alloc = device_pools(s)
+    params = CacheInitParams(disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=alloc,
+                             page_size=PAGE, tp_cache_group=dist.group.WORLD,
+                             pp_rank=ranks.get("pp_rank", 0), pp_size=ranks.get("pp_size", 1),
+                             # Mamba state at page boundaries (page_size > 1) needs the extra buffer.
+                             enable_mamba_extra_buffer=s["pool"] == "mamba")
+    ctx = TreeCacheBuildContext(
+        server_args=args, params=params, is_hybrid_swa=False, is_hybrid_ssm=s["pool"] == "mamba",
+        enable_hierarchical_cache=True, disable_radix_cache=False, tp_worker=ModelWorker(),
+        model_config=None, tp_size=ranks.get("tp_size", 1), tp_rank=ranks.get("tp_rank", 0),
+        tp_group=dist.group.WORLD,
+    )
+    cache = create_unified_radix_cache(ctx)
+    for entry in cache.cache_controller.mem_pool_host.entries:
+        entry.host_pool.pin_memory = False  # page buffers it allocates later: plain host memory
+    return cache
+
+
+def construction(cache) -> dict:
+    """What SGLang built: the classes the server path is pinned to."""
+    cc = cache.cache_controller
+    return {"tree": type(cache).__name__, "controller": type(cc).__name__,
+            "host_pools": type(cc.mem_pool_host).__name__,
+            "backend": type(cc.storage_backend).__name__ if cc.storage_backend is not None else None,
+            "pools": sorted(str(e.name) for e in cc.mem_pool_host.entries)}
+
+
+def expected_page(s: dict, page: int, nbytes: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(s["seed"] * 100003 + page)
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=g)
+
+
+def tokens(s: dict) -> list:
+    return list(range(s.get("first_token", 0), s.get("first_token", 0) + s["pages"] * PAGE))
+
+
+def mamba_host(cc):
+    return cc.mem_pool_host.entry_map[PoolName.MAMBA].host_pool
+
+
+def expected_state(s: dict, state) -> torch.Tensor:
+    return expected_page(s, 10**6, state.get_dummy_flat_data_page().numel())
+
+
+def sidecar_results(op) -> dict:
+    """Per sidecar pool the pages SGLang counted as moved."""
+    hits = op.pool_storage_result.extra_pool_hit_pages
+    return {"sidecar_pages": {str(k): v for k, v in hits.items()}} if hits else {}
+
+
+def page_bytes(kv_host, index: int) -> torch.Tensor:
+    return kv_host.get_data_page(index, flat=True).contiguous().view(torch.uint8)
+
+
+def write(s: dict, seeds: str) -> dict:
+    cache = tree_cache(s, seeds)
+    cc = cache.cache_controller
+    kv_host = cc.storage_host_pool
+    ids = tokens(s)
+    indices = cc.mem_pool_host.alloc(len(ids))
+    nbytes = page_bytes(kv_host, 0).numel()
+    for p in range(s["pages"]):
+        kv_host.set_from_flat_data_page(int(indices[p * PAGE]), expected_page(s, p, nbytes).view(kv_host.dtype))
+    hashes = get_storage_hash_str(ids, None, page_size=PAGE)
+    extra_pools = None
+    if s["pool"] == "mamba":
+        # The last page's state, backed up as the Mamba component does it:
+        # one state per node, under the node's last page hash.
+        state = mamba_host(cc)
+        slot = state.alloc(1)
+        state.set_from_flat_data_page(int(slot[0]), expected_state(s, state))
+        extra_pools = [PoolTransfer(name=PoolName.MAMBA, host_indices=slot, keys=[hashes[-1]],
+                                    hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+        if s.get("no_state"):  # a writer whose state backup never happened
+            extra_pools = None
+    start = time.perf_counter()
+    cc.write_storage(indices, ids, hash_value=hashes, extra_pools=extra_pools)
+    op = cc.ack_backup_queue.get(timeout=TIMEOUT_S)
+    seconds = time.perf_counter() - start
+    out = {**construction(cache), "backed_up_tokens": op.completed_tokens, "skipped": cc.backup_skip,
+           **sidecar_results(op),
+           "seconds": seconds, "bytes": len(ids) * kv_host.get_size_per_token()}
+    cc.detach_storage_backend()
+    return out
+
+
+def read(s: dict, seeds: str) -> dict:
+    cache = tree_cache(s, seeds)
+    cc = cache.cache_controller
+    kv_host = cc.storage_host_pool
+    ids = tokens(s)
+    # The Mamba component's prefetch transfer: one trailing state, its
+    # staging allocated once the hit is known.
+    extra_pools = None
+    if s["pool"] == "mamba":
+        extra_pools = [PoolTransfer(name=PoolName.MAMBA, keys=["__placeholder__"],
+                                    hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+    if s.get("pause"):
+        pause(s["name"])
+    start = time.perf_counter()
+    cc.prefetch(CacheRequestHandle(f"req-{s['name']}", 0), ids, extra_pools=extra_pools)
+    hit = cc.prefetch_hit_queue.get(timeout=TIMEOUT_S)
+    out = {**construction(cache), "hit_tokens": hit.storage_hit_count, "loaded_tokens": 0, "pages_equal": 0}
+    if hit.storage_hit_count:
+        hit.host_indices = cc.mem_pool_host.alloc(hit.storage_hit_count)
+        for transfer in extra_pools or []:
+            transfer.host_indices = mamba_host(cc).alloc(1)
+        cc.prefetch_buffer.put(hit)
+        out["loaded_tokens"], pool_hits = completed_tokens(cc)
+        if extra_pools:
+            state = mamba_host(cc)
+            got = state.get_data_page(int(extra_pools[0].host_indices[0]), flat=True).view(torch.uint8)
+            out["state_pages"] = pool_hits.get(PoolName.MAMBA.value, 0)
+            out["state_equal"] = bool(torch.equal(got, expected_state(s, state)))
+        out["seconds"] = time.perf_counter() - start
+        out["bytes"] = out["loaded_tokens"] * kv_host.get_size_per_token()
+        nbytes = page_bytes(kv_host, 0).numel()
+        for p in range(out["loaded_tokens"] // PAGE):
+            got = page_bytes(kv_host, int(hit.host_indices[p * PAGE]))
+            out["pages_equal"] += int(torch.equal(got, expected_page(s, p, nbytes)))
+    cc.detach_storage_backend()
+    return out
+
+
+def pause(name: str) -> None:
+    """Waits, with the tree built and the backend attached, until the test
+    has done what it does mid-run (e.g. killed the node)."""
+    where = os.environ["STRATA_DRIVER_PAUSE_DIR"]
+    open(os.path.join(where, f"ready-{name}"), "w").close()
+    go = os.path.join(where, f"go-{name}")
+    deadline = time.monotonic() + TIMEOUT_S
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {go} within {TIMEOUT_S} s")
+        time.sleep(0.05)
+
+
+def completed_tokens(cc) -> tuple:
+    """The prefetch's progress acks, up to the one that ends the request:
+    the KV tokens loaded and the pages each sidecar pool loaded."""
+    done, pool_hits = 0, {}
+    while True:
+        ack = cc.ack_prefetch_queue.get(timeout=TIMEOUT_S)
+        if ack.completed_tokens is not None:
+            done = max(done, ack.completed_tokens)
+        if ack.pool_hits:
+            pool_hits.update(ack.pool_hits)
+        if ack.completed_req:
+            return done, pool_hits
+
+
+def main() -> None:
+    role, seeds, scenarios = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    # A one-process gloo group (SGLang's controller wants a tp group), on a
+    # free loopback port.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    for s in scenarios:
+        try:
+            result = (write if role == "write" else read)(s, seeds)
+            if not s.get("timed"):
+                result.pop("seconds", None)
+                result.pop("bytes", None)
+        except Exception as e:  # reported, so the test can assert on it
+            result = {"error": f"{type(e).__name__}: {e}"}
+        print("RESULT " + json.dumps({"name": s["name"], **result}), flush=True)
+    dist.destroy_process_group()
+    shutil.rmtree(MODEL_DIR, ignore_errors=True)
+
+
+MODEL_DIR = model_dir()
+
+if __name__ == "__main__":
+    main()
