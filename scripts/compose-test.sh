@@ -6,8 +6,9 @@
 # returns the key and PREFIX block hit rates, and that every PromQL expression
 # of docker/grafana/strata-dashboard.json returns data (scripts/dashboard-check.py
 # prints any that does not), write KEYS keys with known values through the
-# cluster (redis-cli -c on the compose network, following -MOVED to service
-# names), docker kill one node, wait until the survivors see ring_nodes:2,
+# cluster (redis-cli -c on the compose network, following -MOVED to the
+# nodes' announced addresses), drive it from the host (redis-cli -c and the
+# Python SDK, inline and zero-copy values, at those addresses), docker kill one node, wait until the survivors see ring_nodes:2,
 # check that every acknowledged key reads back exactly through the survivors,
 # and always tear everything down (down -v). Host ports: the compose defaults,
 # or the first free set 100, 200, ... above them (Prometheus 19090 included).
@@ -17,6 +18,8 @@
 #        COMPOSE_PROJECT_NAME (default strata-compose-test), KEYS (default 500)
 #        STRATA_BENCH_BIN (strata-bench to put in the image; images.sh)
 #        STRATA_BENCH_TOOL (auto | strata-bench | redis-cli; the bench service)
+#        STRATA_COMPOSE_NET (the compose subnet's first three octets)
+#        STRATA_COMPOSE_PYTHON (a Python with the strata SDK; default .venv's)
 # Bounded: every step has its own timeout; < 5 min once strata-base exists.
 set -euo pipefail
 
@@ -61,6 +64,11 @@ for n in 1 2 3; do
     export "STRATA_NODE${n}_PORT=${RESP_PORT[node$n]}" "STRATA_NODE${n}_METRICS_PORT=${METRICS_PORT[node$n]}"
 done
 declare -A POOL=([node1]=268435456 [node2]=402653184 [node3]=536870912)
+# The nodes' fixed addresses on the compose network (docker-compose.yml),
+# which they announce and this host reaches directly.
+NET=${STRATA_COMPOSE_NET:-172.30.213}
+declare -A ADDR=([node1]=$NET.11 [node2]=$NET.12 [node3]=$NET.13)
+PY=${STRATA_COMPOSE_PYTHON:-$ROOT/.venv/bin/python}
 VICTIM=node2
 
 T_START=$SECONDS
@@ -204,21 +212,21 @@ for s in "${NODES[@]}"; do
 done
 records=$(docker exec "${CID[etcd]}" etcdctl --endpoints=http://etcd:2379 get --prefix --keys-only /strata/ 2>&1 | grep -c /nodes/ || true)
 nodes_line=$(cli "${RESP_PORT[node1]}" CLUSTER NODES 2>&1 | awk '{ print $2 }' | sort | paste -sd ' ' - || true)
-if [ "$records" = 3 ] && grep -q 'node1:7379.*node2:7379.*node3:7379' <<<"$nodes_line"; then
+if [ "$records" = 3 ] && grep -q "${ADDR[node1]}:7379.*${ADDR[node2]}:7379.*${ADDR[node3]}:7379" <<<"$nodes_line"; then
     pass "etcd holds 3 node records; CLUSTER NODES: $nodes_line"
 else
     fail "etcd node records: $records (want 3); CLUSTER NODES: $nodes_line"
 fi
-# A key node1 does not own is redirected to a compose service name.
+# A key node1 does not own is redirected to another node's announced address.
 moved=""
 for i in $(seq 1 50); do
     r=$(cli "${RESP_PORT[node1]}" GET "probe:$i" 2>&1 || true)
     case "$r" in *MOVED*) moved=$r; break ;; esac
 done
-if grep -Eq 'MOVED [0-9]+ node[23]:7379' <<<"$moved"; then
+if grep -Eq "MOVED [0-9]+ (${ADDR[node2]}|${ADDR[node3]}):7379" <<<"$moved"; then
     pass "node1 redirects keys it does not own: $moved"
 else
-    fail "no -MOVED to node2/node3 from node1 for probe:1..50 (last reply: ${r:-?})"
+    fail "no -MOVED to ${ADDR[node2]}/${ADDR[node3]} from node1 for probe:1..50 (last reply: ${r:-?})"
 fi
 
 # 5. bench service (verified; exit status checked) -----------------------------
@@ -331,8 +339,8 @@ while read -r l; do
 done <"$WORK/dashboard.out"
 
 # 6. known values through the cluster (redis-cli -c on the compose network) ---
-# The client runs in node1's container: -MOVED names node2/node3, which only
-# the compose network resolves. node1 is never the victim.
+# The client runs in node1's container and follows -MOVED to the other nodes'
+# addresses on the compose network. node1 is never the victim.
 CLIENT=node1
 value() { printf 'v:%05d:%s' "$1" "$(printf '%0*d' $((64 + $1 % 200)) "$1")"; }
 for i in $(seq 1 "$KEYS"); do
@@ -369,6 +377,48 @@ for s in "${NODES[@]}"; do
     per_node+="/pushes=$(info_of "$s" replica_pushes)/push_errors=$(info_of "$s" replica_push_errors)"
 done
 RESULTS+=("INFO before the kill, DBSIZE (owner + replica copies; want ~2x) / replica pushes / errors:$per_node")
+
+# 6b. from the host, as a user on this machine would -----------------------------
+# redis-cli -c follows -MOVED to the announced addresses; the Python SDK
+# learns the slot map from one seed and writes values inline and (8 MiB,
+# above inline_put_max) by the nodes pulling them from its data plane, then
+# reads them back zero-copy.
+host_moves=$(for i in $(seq 1 20); do echo "SET host:$i h$i"; echo "GET host:$i"; done |
+    timeout 30 redis-cli -c -h "${ADDR[node1]}" -p 7379 2>&1 | grep -v '^-> Redirected' | paste -sd ' ' - || true)
+want_moves=$(for i in $(seq 1 20); do printf 'OK h%s ' "$i"; done)
+if [ "$host_moves " = "$want_moves" ]; then
+    pass "from the host: 20 SET/GET via redis-cli -c -h ${ADDR[node1]} (following -MOVED)"
+else
+    fail "from the host: redis-cli -c -h ${ADDR[node1]}: ${host_moves:0:200}"
+fi
+if sdk_out=$(timeout 120 "$PY" - "${ADDR[node1]}:7379" <<'PYEOF' 2>&1
+import sys
+import numpy as np
+import strata
+
+c = strata.Client(sys.argv[1])
+sizes = {"small": 4 << 10, "large": 8 << 20}
+values = {k: np.random.default_rng(len(k)).integers(0, 256, n, dtype=np.uint8) for k, n in sizes.items()}
+for k, v in values.items():
+    c.put_from(f"sdk:{k}", v)
+for k, v in values.items():
+    out = np.zeros_like(v)
+    assert c.get_into(f"sdk:{k}", out) == v.size, k
+    assert np.array_equal(out, v), k
+print("ok", {k: v.size for k, v in values.items()})
+PYEOF
+); then
+    pass "from the host: Python SDK put_from/get_into 4 KiB and 8 MiB, byte-exact (${sdk_out##*$'\n'})"
+else
+    fail "from the host: Python SDK ($PY): $(tail -c 600 <<<"$sdk_out")"
+fi
+# The README's one-liner, as written.
+readme_out=$(timeout 60 "$PY" -c 'import strata; c = strata.Client("'"${ADDR[node1]}"':7379"); c.put(b"k", b"v" * (8 << 20)); print(len(c.get(b"k")))' 2>&1 || true)
+if [ "$readme_out" = 8388608 ]; then
+    pass "from the host: the README's Python line reads back 8 MiB"
+else
+    fail "from the host: the README's Python line: $(tail -c 300 <<<"$readme_out")"
+fi
 
 # 7. kill one node; the survivors must serve every acknowledged key ----------
 t_kill=$(date +%s%N)
