@@ -69,6 +69,12 @@ ETCD_DOC=$(grep '^etcd ' <<<"$docs_block") || fail "no etcd command in docs/OPER
 NODE_DOC=$(grep '^strata-server ' <<<"$docs_block") || fail "no strata-server command in docs/OPERATIONS.md's Cluster section"
 echo "docs: $ETCD_DOC"
 echo "docs: $NODE_DOC"
+# Every other multi-host node command of the docs is this one, with
+# HOST / ETCD for the addresses: what runs here is what they say.
+while IFS= read -r cmd; do
+  same=$(sed -E 's/ HOST / 10.0.0.11 /; s|etcd://ETCD:|etcd://10.0.0.1:|; s/ +$//' <<<"$cmd")
+  [ "$same" = "$NODE_DOC" ] || fail "a documented node command differs from the Cluster section's: '$cmd'"
+done < <(grep -ohE 'strata-server [^`|]*--metadata-server[^`|]*' README.md docs/*.md python/README.md)
 
 "$BED" up
 ETCD_IP=$("$BED" ip etcd)
