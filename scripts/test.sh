@@ -90,6 +90,17 @@ WHEEL=$(ls "$CARGO_TARGET_DIR"/wheels/strata_kv-*.whl)
 "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
 "$VENV/bin/python" -m pytest python/tests -q -rs --ignore=python/tests/engines --ignore=python/tests/vllm
 
+# --- 4b2. Across hosts: the documented cluster on a network-namespace bed -----
+# scripts/netbed.sh makes six "hosts" (etcd, three nodes, a prefill and a
+# decode engine host: network namespaces on a private bridge, each with its
+# own address, hostname and pid namespace); tests/bed/cluster.sh runs the
+# docs' multi-host commands there with this build and the wheel above.
+# Needs root (network namespaces); removes the bed on any exit.
+step "network bed: the documented multi-host cluster across namespaces (tests/bed/cluster.sh)"
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO env STRATA_SERVER="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTHON="$VENV/bin/python" \
+  bash tests/bed/cluster.sh
+
 # --- 4c. The engine adapters, driven by the engines themselves ----------------
 # LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)
 # in a machine-wide venv that scripts/engine-venv.sh builds once (about

@@ -114,9 +114,10 @@ struct Args {
     #[arg(long, default_value_t = 5000)]
     failover_timeout_ms: u64,
     /// Where this client's data plane listens (nodes connect to it to pull
-    /// PUT payloads).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    data_bind: std::net::SocketAddr,
+    /// PUT payloads) [default: `STRATA_DATA_BIND`, else the local address
+    /// of the route to the first `--addr`].
+    #[arg(long)]
+    data_bind: Option<std::net::SocketAddr>,
     /// Host the nodes dial for this client's data plane, when `--data-bind`
     /// is 0.0.0.0 (e.g. this container's address).
     #[arg(long)]

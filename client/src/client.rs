@@ -64,12 +64,13 @@ impl Client {
         }
         let congestion = strata_rdma::sockopt::resolve(cfg.tcp_congestion.as_deref())
             .map_err(|e| Error::Io(std::io::Error::other(format!("tcp_congestion: {e}"))))?;
+        let (data_bind, advertise_host) = crate::route::data_plane_addr(&cfg).await?;
         let listen = Listen {
-            advertise_host: cfg.data_advertise.clone(),
+            advertise_host,
             tcp_congestion: congestion.clone(),
             stream_spin: std::time::Duration::from_micros(cfg.stream_spin_us),
         };
-        let transport = DataPlane::start(cfg.data_bind, &cfg.protocol, listen)
+        let transport = DataPlane::start(data_bind, &cfg.protocol, listen)
             .await
             .map_err(|e| match e {
                 strata_rdma::StartError::Transport(t) => Error::from(t),

@@ -14,12 +14,17 @@ pub struct ClientConfig {
     /// is a cluster of one.
     pub seeds: Vec<String>,
     /// Where this client's data-plane listener binds; nodes connect to it to
-    /// pull PUT payloads, so it must be reachable from them.
-    pub data_bind: SocketAddr,
+    /// pull PUT payloads, so it must be reachable from them. `None`:
+    /// `STRATA_DATA_BIND` if set, else the local address of the route to
+    /// the first seed that has one, port 0 (127.0.0.1 for seeds on
+    /// loopback; see `crate::route`).
+    pub data_bind: Option<SocketAddr>,
     /// Host that nodes dial to reach the data plane, put in this client's
     /// descriptors instead of the bound address (needed when `data_bind` is
-    /// `0.0.0.0`, e.g. in a container: set it to an address the nodes can
-    /// route to). `None`: the bound address.
+    /// `0.0.0.0`, e.g. in a container, where the nodes should dial another
+    /// address than the route's). `None`: `STRATA_DATA_ADVERTISE` if set,
+    /// else the route's address for a bind of `0.0.0.0`, else the bound
+    /// address.
     pub data_advertise: Option<String>,
     /// Extra tries after the first: for `BUSY` and stale reads, for socket
     /// failures when `failover_enabled` is off, and the most `-MOVED`
@@ -168,7 +173,7 @@ impl ClientConfig {
     pub fn with_seeds<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
         Self {
             seeds: seeds.into_iter().map(Into::into).collect(),
-            data_bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_bind: None,
             data_advertise: None,
             retry_attempts: 3,
             timeout: Duration::from_secs(30),

@@ -38,6 +38,7 @@ mod config;
 mod conn;
 mod error;
 mod node;
+mod route;
 mod router;
 mod slots;
 mod spin;
@@ -49,6 +50,7 @@ pub use config::{
     DEFAULT_SPLIT_GET_MIN, ONE_SIDED_INLINE_GET_MAX,
 };
 pub use error::{Error, Result};
+pub use route::{DATA_ADVERTISE_ENV, DATA_BIND_ENV};
 pub use spin::{DEFAULT_ECHO_SPIN_US, DEFAULT_STREAM_SPIN_US, SPIN_MAX};
 pub use strata_rdma::cma::{DEFAULT_LANES as DEFAULT_CMA_LANES, LANES_MAX as CMA_LANES_MAX};
 pub use strata_rdma::Descriptor;

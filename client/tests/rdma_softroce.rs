@@ -115,7 +115,7 @@ async fn rdma_client(side: &Side, node: &RdmaNode) -> Client {
 async fn rdma_client_with(side: &Side, node: &RdmaNode, inline_get_max: u64) -> Client {
     let mut cfg = ClientConfig::new(node.addr.to_string());
     cfg.inline_get_max = inline_get_max;
-    cfg.data_bind = SocketAddr::new(side.ip, 0);
+    cfg.data_bind = Some(SocketAddr::new(side.ip, 0));
     cfg.protocol = Protocol::Rdma {
         device_name: Some(side.dev.clone()),
         fallback_tcp: false,
@@ -306,7 +306,7 @@ async fn helper_put_then_get_killed() {
     };
     let s0 = side(0);
     let mut cfg = ClientConfig::new(addr);
-    cfg.data_bind = SocketAddr::new(s0.ip, 0);
+    cfg.data_bind = Some(SocketAddr::new(s0.ip, 0));
     cfg.protocol = Protocol::Rdma {
         device_name: Some(s0.dev.clone()),
         fallback_tcp: false,

@@ -86,7 +86,8 @@ impl NativeClient {
                         tcp_congestion=None, cma_lanes=strata_client::DEFAULT_CMA_LANES,
                         split_get_min=strata_client::DEFAULT_SPLIT_GET_MIN, spin_us=0,
                         stream_spin_us=strata_client::DEFAULT_STREAM_SPIN_US,
-                        echo_spin_us=strata_client::DEFAULT_ECHO_SPIN_US))]
+                        echo_spin_us=strata_client::DEFAULT_ECHO_SPIN_US,
+                        data_advertise=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -107,6 +108,7 @@ impl NativeClient {
         spin_us: u64,
         stream_spin_us: u64,
         echo_spin_us: u64,
+        data_advertise: Option<String>,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -121,9 +123,16 @@ impl NativeClient {
             return Err(invalid(format!("cma_lanes must be in 1..={lanes_max}")));
         }
         let mut cfg = ClientConfig::with_seeds(seeds);
-        cfg.data_bind = data_bind
-            .parse()
-            .map_err(|_| invalid(format!("data_bind {data_bind:?} is not an ip:port")))?;
+        // Empty: the Rust client's default (`STRATA_DATA_BIND`, else the
+        // route to the seeds), resolved when it connects.
+        cfg.data_bind = match data_bind.trim() {
+            "" => None,
+            text => Some(
+                text.parse()
+                    .map_err(|_| invalid(format!("data_bind {data_bind:?} is not an ip:port")))?,
+            ),
+        };
+        cfg.data_advertise = data_advertise.filter(|host| !host.trim().is_empty());
         cfg.retry_attempts = retry_attempts;
         cfg.timeout = Duration::from_millis(timeout_ms);
         cfg.failover_enabled = failover;

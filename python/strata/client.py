@@ -54,6 +54,7 @@ class Client:
             c.spin_us,
             c.stream_spin_us,
             c.echo_spin_us,
+            c.data_advertise,
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -16,8 +16,15 @@ class ClientConfig:
     ``seeds``: RESP addresses (``host:port``) of any nodes; the client learns
     the slot map from the first that answers (a standalone node is a
     cluster of one). ``data_bind``: where this client's data-plane listener
-    binds; nodes connect to it to pull PUT payloads, so it must be reachable
-    from them. ``inline_max_bytes``: ``put`` sends values up to this size
+    binds (``ip:port``); nodes connect to it to pull PUT payloads, so it
+    must be reachable from them. Empty (default): ``STRATA_DATA_BIND`` if
+    set (also when this config comes from seeds alone), else the local
+    address of the route to the first seed that has one, port 0
+    (``127.0.0.1`` for seeds on loopback). ``data_advertise``: the host
+    the nodes dial for it, put in this client's descriptors instead of the
+    bound address; empty (default): ``STRATA_DATA_ADVERTISE`` if set, else
+    the route's address when ``data_bind`` is ``0.0.0.0``, else the bound
+    address. ``inline_max_bytes``: ``put`` sends values up to this size
     inline on the command connection (one round trip) and larger ones
     zero-copy. ``threads``: 0 (default): each calling thread drives the
     client's sockets itself while it waits, so a reply wakes it directly;
@@ -65,7 +72,8 @@ class ClientConfig:
     """
 
     seeds: List[str] = field(default_factory=lambda: ["127.0.0.1:7379"])
-    data_bind: str = "127.0.0.1:0"
+    data_bind: str = ""
+    data_advertise: str = ""
     retry_attempts: int = 3
     timeout_ms: int = 30_000
     failover: bool = True

@@ -36,6 +36,7 @@ import threading
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence
 
+from .adapters._options import client_options
 from .client import Client
 from .errors import InvalidArgumentError, NotFoundError, StrataError, TooLargeError, mooncake_code
 
@@ -177,6 +178,22 @@ def resolve_seeds(metadata_server: str, master_server_addr: str) -> str:
     return master_server_addr
 
 
+def _data_plane(cfg: Dict[str, Any], local_hostname: str) -> Dict[str, Any]:
+    """The client's data-plane options: ``strata_data_bind`` /
+    ``strata_data_advertise`` when set, else an address ``local_hostname``
+    names (Mooncake's address of this engine host, often ``host:port``).
+    A loopback or empty one (Mooncake configs for one machine say
+    ``localhost``) leaves the client's default, the route to the seeds,
+    which is loopback exactly when the nodes are."""
+    options = client_options(cfg)
+    if "data_bind" not in options and local_hostname:
+        name = local_hostname.rsplit(":", 1)[0] if local_hostname.count(":") == 1 else local_hostname
+        ip = socket.gethostbyname(name)
+        if not ip.startswith("127."):
+            options["data_bind"] = f"{ip}:0"
+    return options
+
+
 def _config_file() -> Dict[str, Any]:
     path = os.environ.get("MOONCAKE_CONFIG_PATH")
     if not path:
@@ -212,11 +229,9 @@ class MooncakeDistributedStore:
                 str(cfg.get("metadata_server") or "P2PHANDSHAKE"),
                 str(cfg.get("master_server_address") or cfg.get("master_server_addr") or "127.0.0.1:7379"),
             )
-            host = str(cfg.get("local_hostname") or "127.0.0.1")
-            self._hostname = host
-            bind = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-            ip = socket.gethostbyname(bind or "127.0.0.1")
-            self._client = Client(seeds, data_bind=f"{ip}:0")
+            host = str(cfg.get("local_hostname") or "")
+            self._hostname = host or "127.0.0.1"
+            self._client = Client(seeds, **_data_plane(cfg, host))
             return OK
         except StrataError as e:
             return _code(e)

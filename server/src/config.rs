@@ -653,6 +653,7 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
     }
     if errors.is_empty() {
         cfg.fill_derived();
+        reachable_off_host(&cfg)?;
         Ok(cfg)
     } else {
         Err(format!("invalid configuration:\n  {}", errors.join("\n  ")))
@@ -722,6 +723,65 @@ fn parse_metadata_server(v: &str) -> Result<Vec<String>, String> {
         out.push(format!("http://{ep}"));
     }
     Ok(out)
+}
+
+/// A node that joins a cluster through an etcd on another host registers
+/// its advertised address for peers and clients on other hosts: a loopback
+/// bind or advertise address would send each of them to itself, so such a
+/// node refuses to start rather than join unreachable. A name is looked up
+/// here (Debian maps the machine's own hostname to 127.0.1.1, which makes
+/// the default `advertise_host` under `--bind 0.0.0.0` loopback there); one
+/// that does not resolve is left to the peers, which may know it.
+fn reachable_off_host(cfg: &Config) -> Result<(), String> {
+    let Some(remote) = cfg
+        .metadata_server
+        .iter()
+        .find(|ep| !host_is_loopback(endpoint_host(ep)))
+    else {
+        return Ok(());
+    };
+    let advertise_lo = host_is_loopback(&cfg.advertise_host);
+    if !cfg.bind.is_loopback() && !advertise_lo {
+        return Ok(());
+    }
+    let what = if cfg.bind.is_loopback() {
+        format!("binds {}", cfg.bind)
+    } else {
+        format!("advertises {}", cfg.advertise_host)
+    };
+    Err(format!(
+        "invalid configuration:\n  advertise_host: the cluster's etcd {} is on another host, but this node {what}, a loopback address that peers and clients there cannot reach; start it with --bind 0.0.0.0 (or an address of this host) and --advertise-host <this host's address the others dial> (keys bind and advertise_host, STRATA_BIND and STRATA_ADVERTISE_HOST)",
+        remote.trim_start_matches("http://")
+    ))
+}
+
+/// `http://host:port` → `host` (brackets of an IPv6 literal removed).
+fn endpoint_host(endpoint: &str) -> &str {
+    let hostport = endpoint.trim_start_matches("http://");
+    let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Whether every address `host` names is a loopback address.
+fn host_is_loopback(host: &str) -> bool {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return ip.is_loopback();
+    }
+    if host.eq_ignore_ascii_case("localhost") || host.ends_with(".localhost") {
+        return true;
+    }
+    use std::net::ToSocketAddrs;
+    let Ok(addrs) = (host, 0).to_socket_addrs() else {
+        return false;
+    };
+    let mut any = false;
+    for addr in addrs {
+        if !addr.ip().is_loopback() {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Ids and names go into etcd keys and CLUSTER NODES lines: keep them
@@ -1142,6 +1202,28 @@ mod tests {
             }
         );
         assert_eq!(v(&[]).unwrap().data_protocol(), strata_rdma::Protocol::Tcp);
+    }
+
+    #[test]
+    fn a_cluster_node_off_this_host_must_not_be_on_loopback() {
+        let etcd = ("metadata_server", "etcd://10.213.7.10:2379");
+        let e = v(&[etcd]).unwrap_err();
+        assert!(
+            e.contains("binds 127.0.0.1") && e.contains("--bind") && e.contains("--advertise-host"),
+            "{e}"
+        );
+        let e = v(&[etcd, ("bind", "0.0.0.0"), ("advertise_host", "127.0.0.1")]).unwrap_err();
+        assert!(e.contains("advertises 127.0.0.1"), "{e}");
+        let e = v(&[etcd, ("bind", "0.0.0.0"), ("advertise_host", "localhost")]).unwrap_err();
+        assert!(e.contains("advertises localhost"), "{e}");
+        let ok = [etcd, ("bind", "0.0.0.0"), ("advertise_host", "10.213.7.11")];
+        assert!(v(&ok).is_ok());
+        assert!(v(&[etcd, ("bind", "10.213.7.11")]).is_ok());
+        // etcd on this host: nodes and clients may all be here too.
+        assert!(v(&[("metadata_server", "etcd://127.0.0.1:2379")]).is_ok());
+        assert!(v(&[("metadata_server", "etcd://localhost:2379,[::1]:2379")]).is_ok());
+        let mixed = ("metadata_server", "etcd://127.0.0.1:2379,10.213.7.10:2379");
+        assert!(v(&[mixed]).is_err());
     }
 
     #[test]

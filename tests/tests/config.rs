@@ -213,6 +213,40 @@ fn a_gpu_pool_without_a_gpu_is_refused_with_the_reason() {
     );
 }
 
+/// A node joining an etcd on another host with the loopback defaults would
+/// register an address nobody there can dial: it refuses to start, naming
+/// the flags to set, before it binds or contacts etcd.
+#[test]
+fn a_cluster_node_on_loopback_with_a_remote_etcd_is_refused() {
+    let etcd = ["--metadata-server", "etcd://10.213.7.10:2379"];
+    let exit = run(|c| {
+        c.args(etcd);
+    });
+    assert_refused(
+        &exit,
+        &[
+            "advertise_host: the cluster's etcd 10.213.7.10:2379 is on another host",
+            "binds 127.0.0.1",
+            "--bind 0.0.0.0",
+            "--advertise-host",
+        ],
+    );
+    let exit = run(|c| {
+        c.args(etcd)
+            .args(["--bind", "0.0.0.0", "--advertise-host", "127.0.0.1"]);
+    });
+    assert_refused(&exit, &["advertises 127.0.0.1", "--advertise-host"]);
+    let exit = run(|c| {
+        c.args(etcd).args(["--print-config"]).args([
+            "--bind",
+            "0.0.0.0",
+            "--advertise-host",
+            "10.213.7.11",
+        ]);
+    });
+    assert!(exit.status.success(), "stderr:\n{}", exit.stderr);
+}
+
 #[test]
 fn unset_ports_follow_the_resp_port_in_print_config() {
     let exit = run(|c| {

@@ -10,6 +10,9 @@ lmcache 0.5.6). LMCache config, the remote-storage-plugin way::
       remote_storage_plugin.strata.module_path: strata.adapters.lmcache
       remote_storage_plugin.strata.class_name: StrataConnectorAdapter
       remote_storage_plugin.strata.seeds: "10.0.0.1:7379,10.0.0.2:7379"
+      # optional: where the nodes pull this engine's large chunks from
+      # (default: this host's address on the route to the seeds)
+      strata_data_bind: "10.0.0.21:0"
 
 LMCache then asks the adapter for a connector for the URL
 ``plugin://strata`` (any plugin name whose type is ``strata``, e.g.
@@ -39,6 +42,7 @@ from typing import Any, List, Optional
 
 from ..client import Client
 from ._once import OnceLog
+from ._options import client_options
 
 try:  # The real base classes when LMCache is installed (its loaders check them).
     from lmcache.v1.storage_backend.connector import ConnectorAdapter as _AdapterBase
@@ -123,7 +127,8 @@ class StrataConnector(_Base):
         self.local_cpu_backend = local_cpu_backend
         self.model_name = getattr(metadata, "model_name", None)
         self.failures = OnceLog(logger, "strata LMCache connector")
-        self.client = Client(resolve_seeds(config, plugin_name))
+        extra = dict(getattr(config, "extra_config", None) or {})
+        self.client = Client(resolve_seeds(config, plugin_name), **client_options(extra))
 
     # -- sync cores ----------------------------------------------------------------
 

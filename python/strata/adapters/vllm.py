@@ -8,6 +8,12 @@ Load it with::
         "kv_role": "kv_both",
         "kv_connector_extra_config": {"strata_seeds": "10.0.0.1:7379"}}'
 
+``strata_data_bind`` / ``strata_data_advertise`` in
+``kv_connector_extra_config`` set where the nodes pull this engine's saves
+from (default: this host's address on the route to the seeds, or
+``STRATA_DATA_BIND``); ``strata_client`` takes any other
+:class:`strata.ClientConfig` field as a mapping.
+
 Roles: ``kv_both`` stores every full prompt block it computes and loads
 the longest stored prefix of each new prompt (prefix-cache offload and
 reuse); ``kv_producer`` (prefill nodes) only stores; ``kv_consumer``
@@ -65,6 +71,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from ..client import Client
 from ..keys import chunk_hashes
 from ._once import OnceLog
+from ._options import client_options
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +150,7 @@ class StrataConnector(KVConnectorBase_V1):
         self._layer_names: List[str] = [n for g in groups for n in g.layer_names]
         seeds = extra.get("strata_seeds") or os.environ.get("STRATA_SEEDS", "127.0.0.1:7379")
         try:
-            self.client = Client(seeds)
+            self.client = Client(seeds, **client_options(extra))
         except Exception as e:
             raise RuntimeError(f"strata vLLM connector: cannot reach strata at {seeds}: {e}") from e
         logger.info(
