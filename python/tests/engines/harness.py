@@ -80,14 +80,20 @@ def mooncake_env(**extra: str) -> dict:
     return {"PYTHONPATH": where, **extra}
 
 
-def start_driver(script: str, *args: str, env: dict = None) -> subprocess.Popen:
-    """Starts a driver in a fresh interpreter (collect it with ``driver_results``)."""
+BED = HERE.parents[2] / "scripts" / "netbed.sh"
+
+
+def start_driver(script: str, *args: str, env: dict = None, host: str = None) -> subprocess.Popen:
+    """Starts a driver in a fresh interpreter (collect it with
+    ``driver_results``); with ``host``, on that host of the network bed
+    (scripts/netbed.sh)."""
     full_env = dict(os.environ)
     # SGLang JIT-builds a C++ extension with the venv's ninja.
     full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
     full_env.update(env or {})
+    on_host = [str(BED), "exec", host] if host else []
     return subprocess.Popen(
-        [sys.executable, str(HERE / script), *args],
+        [*on_host, sys.executable, str(HERE / script), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
     )
 
@@ -105,6 +111,7 @@ def driver_results(proc: subprocess.Popen, what: str) -> list:
     return results
 
 
-def run_driver(script: str, *args: str, env: dict = None) -> list:
-    """Runs a driver in a fresh interpreter; its ``RESULT {json}`` lines."""
-    return driver_results(start_driver(script, *args, env=env), f"{script} {args[0]}")
+def run_driver(script: str, *args: str, env: dict = None, host: str = None) -> list:
+    """Runs a driver in a fresh interpreter (on ``host`` of the network
+    bed, if given); its ``RESULT {json}`` lines."""
+    return driver_results(start_driver(script, *args, env=env, host=host), f"{script} {args[0]}")

@@ -63,7 +63,11 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str
 from sglang.srt.runtime_context import get_context, get_parallel
 from sglang.srt.server_args import prepare_server_args
 
-PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS_DEVICE = 16, 4, 4, 32, 1024
+# Page size, layers, KV heads, head dim and device pool tokens: tiny by
+# default; the across-hosts test sets a Llama-3-8B-shaped cache.
+PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS_DEVICE = (
+    int(x) for x in os.environ.get("STRATA_SGL_SHAPE", "16,4,4,32,1024").split(",")
+)
 TIMEOUT_S = 600
 
 # What SGLang's server, run on a GPU, does with host pools; nothing to do here.
