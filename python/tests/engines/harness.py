@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,38 @@ def cluster(etcd):
     finally:
         for n in nodes:
             n.stop()
+
+
+@pytest.fixture(scope="module")
+def bed():
+    """A three-node cluster on the network bed (python/tests/bedcluster.py);
+    skipped only where the bed cannot be made (not root)."""
+    from bedcluster import BedCluster
+
+    try:
+        cluster = BedCluster()
+    except PermissionError as e:
+        pytest.skip(str(e))
+    yield cluster
+    cluster.stop()
+
+
+def lmcache_plugin_config(path: Path, seeds: str, chunk: int, extra: str = "") -> str:
+    """python/README.md's LMCache config (the remote storage plugin), with
+    these seeds, written to ``path``."""
+    path.write_text(textwrap.dedent(f"""\
+        {extra}
+        chunk_size: {chunk}
+        local_cpu: true
+        max_local_cpu_size: 1
+        remote_serde: "naive"
+        remote_storage_plugins: ["strata"]
+        extra_config:
+          remote_storage_plugin.strata.module_path: strata.adapters.lmcache
+          remote_storage_plugin.strata.class_name: StrataConnectorAdapter
+          remote_storage_plugin.strata.seeds: "{seeds}"
+        """))
+    return str(path)
 
 
 def mooncake_env(**extra: str) -> dict:

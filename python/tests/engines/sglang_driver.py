@@ -149,7 +149,10 @@ def read(s: dict, seeds: str) -> dict:
     return out
 
 
-def main() -> None:
+def main(write=write, read=read) -> None:
+    """``ROLE SEEDS SCENARIOS_JSON`` from the command line: each scenario
+    through ``write`` or ``read``, one ``RESULT`` line each (also the
+    server-path driver's loop)."""
     role, seeds, scenarios = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     # A one-process gloo group (SGLang's controller wants a tp group), on a
     # free loopback port.

@@ -37,8 +37,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import sys
 import tempfile
 import time
 
@@ -62,6 +60,8 @@ from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_unified_
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 from sglang.srt.runtime_context import get_context, get_parallel
 from sglang.srt.server_args import prepare_server_args
+
+import sglang_driver  # its command-line loop
 
 # Page size, layers, KV heads, head dim and device pool tokens: tiny by
 # default; the across-hosts test sets a Llama-3-8B-shaped cache.
@@ -301,24 +301,10 @@ def completed_tokens(cc) -> tuple:
 
 
 def main() -> None:
-    role, seeds, scenarios = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    # A one-process gloo group (SGLang's controller wants a tp group), on a
-    # free loopback port.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    for s in scenarios:
-        try:
-            result = (write if role == "write" else read)(s, seeds)
-            if not s.get("timed"):
-                result.pop("seconds", None)
-                result.pop("bytes", None)
-        except Exception as e:  # reported, so the test can assert on it
-            result = {"error": f"{type(e).__name__}: {e}"}
-        print("RESULT " + json.dumps({"name": s["name"], **result}), flush=True)
-    dist.destroy_process_group()
-    shutil.rmtree(MODEL_DIR, ignore_errors=True)
+    try:
+        sglang_driver.main(write, read)
+    finally:
+        shutil.rmtree(MODEL_DIR, ignore_errors=True)
 
 
 MODEL_DIR = model_dir()

@@ -11,13 +11,9 @@ SGLang's Mooncake backend finds the cluster through etcd
 from __future__ import annotations
 
 import json
-import textwrap
 import uuid
 
-import pytest
-
-from bedcluster import BedCluster
-from harness import mooncake_env, run_driver
+from harness import lmcache_plugin_config, mooncake_env, run_driver
 
 # LMCache: layers, KV heads, head size (its chunk is 256 tokens, so 32 MiB).
 LMC_SHAPE = "32,8,128"
@@ -27,43 +23,22 @@ SGL_SHAPE = "128,32,8,128,1024"
 SGL_PAGES = 4
 
 
-@pytest.fixture(scope="module")
-def bed():
-    try:
-        cluster = BedCluster()
-    except PermissionError as e:
-        pytest.skip(str(e))
-    yield cluster
-    cluster.stop()
-
-
 def pulled(bed) -> int:
     """Bytes the nodes pulled from clients' data planes over TCP."""
     return bed.total("transfer_in_tcp_bytes")
 
 
 def test_lmcache_stores_on_prefill_and_hits_on_decode(bed, tmp_path):
-    config = tmp_path / "lmcache.yaml"
-    config.write_text(textwrap.dedent(f"""\
-        chunk_size: {CHUNK}
-        local_cpu: true
-        max_local_cpu_size: 1
-        remote_serde: "naive"
-        remote_storage_plugins: ["strata"]
-        extra_config:
-          remote_storage_plugin.strata.module_path: strata.adapters.lmcache
-          remote_storage_plugin.strata.class_name: StrataConnectorAdapter
-          remote_storage_plugin.strata.seeds: "{bed.seeds}"
-        """))
+    config = lmcache_plugin_config(tmp_path / "lmcache.yaml", bed.seeds, CHUNK)
     prompt = {"seed": 41, "tokens": 2 * CHUNK}
     env = {"PYTHONHASHSEED": "0", "STRATA_LMC_SHAPE": LMC_SHAPE}
     before = pulled(bed)
-    *stored, errors = run_driver("lmcache_driver.py", str(config), json.dumps([{"op": "store", "prompt": prompt}]),
+    *stored, errors = run_driver("lmcache_driver.py", config, json.dumps([{"op": "store", "prompt": prompt}]),
                                  env=env, host="prefill")
     assert errors["errors"] == [], errors
     chunk_bytes = 2 * 32 * CHUNK * 8 * 128 * 2
     assert pulled(bed) - before >= 2 * chunk_bytes, "the 32 MiB chunks were not pulled from prefill's data plane"
-    *read, errors = run_driver("lmcache_driver.py", str(config), json.dumps(
+    *read, errors = run_driver("lmcache_driver.py", config, json.dumps(
         [{"op": "lookup", "prompt": prompt}, {"op": "retrieve", "prompt": prompt}]), env=env, host="decode")
     assert errors["errors"] == [], errors
     lookup, retrieve = read

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from harness import Server, run_driver
+from harness import Server, lmcache_plugin_config, run_driver
 
 CHUNK = 256
 P1 = {"seed": 1, "tokens": 5 * CHUNK}
@@ -23,20 +23,7 @@ UNSEEN = {"seed": 3, "tokens": 2 * CHUNK}
 
 def plugin_config(tmp_path, seeds, extra=""):
     """python/README.md's LMCache config, with this test's seeds."""
-    path = tmp_path / "lmcache-plugin.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        {extra}
-        chunk_size: {CHUNK}
-        local_cpu: true
-        max_local_cpu_size: 1
-        remote_serde: "naive"
-        remote_storage_plugins: ["strata"]
-        extra_config:
-          remote_storage_plugin.strata.module_path: strata.adapters.lmcache
-          remote_storage_plugin.strata.class_name: StrataConnectorAdapter
-          remote_storage_plugin.strata.seeds: "{seeds}"
-        """))
-    return str(path)
+    return lmcache_plugin_config(tmp_path / "lmcache-plugin.yaml", seeds, CHUNK, extra)
 
 
 def url_config(tmp_path, seeds):

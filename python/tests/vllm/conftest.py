@@ -7,4 +7,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engines"))
 
-from harness import cluster, etcd, server  # noqa: E402,F401  (pytest fixtures)
+from harness import bed, cluster, etcd, server  # noqa: E402,F401  (pytest fixtures)

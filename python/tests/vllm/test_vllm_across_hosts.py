@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from bedcluster import BedCluster
 from harness import run_driver
 
 HERE = Path(__file__).resolve().parent
@@ -31,16 +30,6 @@ MODEL = {
 # Three full blocks of shared prefix, then a partial one.
 PROMPT = {"id": 7, "tokens": 3 * BLOCK + 40, "prefix": 3 * BLOCK}
 VALUE_BYTES = BLOCK * 2 * 8 * 128 * 2  # k and v of one block of one layer
-
-
-@pytest.fixture(scope="module")
-def bed():
-    try:
-        cluster = BedCluster()
-    except PermissionError as e:
-        pytest.skip(str(e))
-    yield cluster
-    cluster.stop()
 
 
 @pytest.fixture(scope="module")
