@@ -13,10 +13,11 @@ The server arguments come from the command line a user types
 The driver then backs pages up and prefetches them through that controller
 (its backup and prefetch threads), as the tree does.
 
-Each scenario names the model kind (``mha``, ``mla``, or ``mamba``: a
-hybrid model whose Mamba state is a sidecar pool), the controller path
+Each scenario names the model kind (``mha``, ``mla``, or a hybrid model
+with a sidecar pool: ``mamba``, its Mamba state, or ``swa``, its
+sliding-window attention layers), the controller path
 (``v1`` zero-copy or ``generic``), the ranks this process plays and a seed.
-``write`` fills the host pages (and the Mamba state of the last page,
+``write`` fills the host pages (and the sidecar's pages at the span's end,
 unless ``no_state``) with bytes derived from the seed and backs them up; ``read`` prefetches the same
 tokens into a fresh controller in another process and compares every page.
 With ``pause``, ``read`` waits after attaching for the test to act (see
@@ -25,9 +26,9 @@ With ``pause``, ``read`` waits after attaching for the test to act (see
 Played here rather than by SGLang: the model runner's device pools (built
 as SGLang's own constructors build them, on the CPU), the tree's part
 around the controller (the host slots of a storage hit, handed to the IO
-thread; a hybrid model's Mamba transfer, built as SGLang's Mamba component
-builds it: the node's one state under its last page hash, a trailing-page
-hit), and CUDA's registration of the
+thread; a hybrid model's sidecar transfer, built as SGLang's Mamba and SWA
+components build it: the span's last pages under their page hashes, a
+trailing-page hit), and CUDA's registration of the
 host pools (``cudaHostRegister``: there is no GPU, so it is skipped, as the
 legacy driver's ``pin_memory=False`` does).
 """
@@ -46,6 +47,7 @@ import torch.distributed as dist
 import sglang.srt.mem_cache.pool_host.common as pool_host_common
 from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
@@ -57,6 +59,7 @@ from sglang.srt.mem_cache.memory_pool import (
     ReqToTokenPool,
 )
 from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_unified_radix_cache
+from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 from sglang.srt.runtime_context import get_context, get_parallel
 from sglang.srt.server_args import prepare_server_args
@@ -69,6 +72,10 @@ PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS_DEVICE = (
     int(x) for x in os.environ.get("STRATA_SGL_SHAPE", "16,4,4,32,1024").split(",")
 )
 TIMEOUT_S = 600
+# A hybrid model's sidecar pool and how many of a span's last pages it
+# keeps: one Mamba state (at the span's end), or a sliding window's pages.
+SWA_WINDOW_PAGES = 2
+SIDECARS = {"mamba": (PoolName.MAMBA, 1), "swa": (PoolName.SWA, SWA_WINDOW_PAGES)}
 
 # What SGLang's server, run on a GPU, does with host pools; nothing to do here.
 pool_host_common._cuda_host_register = lambda *args, **kwargs: None
@@ -112,6 +119,8 @@ def device_pools(s: dict):
     """The device KV pool and allocators the model runner would build."""
     if s["pool"] == "mamba":
         return mamba_pools()
+    if s["pool"] == "swa":
+        return swa_pools()
     if s["pool"] == "mla":
         dev = MLATokenToKVPool(TOKENS_DEVICE, PAGE, torch.bfloat16, 64, 16, LAYERS, "cpu", False,
                                start_layer=0, end_layer=LAYERS)
@@ -139,6 +148,16 @@ def mamba_pools():
     return req_pool, PagedTokenToKVPoolAllocator(TOKENS_DEVICE, PAGE, torch.bfloat16, "cpu", dev, False)
 
 
+def swa_pools():
+    """A hybrid SWA model's pools (Gemma/GPT-OSS-style): sliding-window
+    attention on the even layers, full attention on the odd ones."""
+    dev = SWAKVPool(size=TOKENS_DEVICE, size_swa=TOKENS_DEVICE, page_size=PAGE, dtype=torch.bfloat16,
+                    head_num=HEADS, head_dim=HEAD_DIM, swa_attention_layer_ids=list(range(0, LAYERS, 2)),
+                    full_attention_layer_ids=list(range(1, LAYERS, 2)), device="cpu")
+    alloc = SWATokenToKVPoolAllocator(TOKENS_DEVICE, TOKENS_DEVICE, PAGE, torch.bfloat16, "cpu", dev, False)
+    return ReqToTokenPool(8, 4096, "cpu", False), alloc
+
+
 def tree_cache(s: dict, seeds: str):
     """SGLang's server-side construction of the tree cache and its controller."""
     ranks = s.get("ranks", {})
@@ -154,9 +173,10 @@ def tree_cache(s: dict, seeds: str):
                              page_size=PAGE, tp_cache_group=dist.group.WORLD,
                              pp_rank=ranks.get("pp_rank", 0), pp_size=ranks.get("pp_size", 1),
                              # Mamba state at page boundaries (page_size > 1) needs the extra buffer.
-                             enable_mamba_extra_buffer=s["pool"] == "mamba")
+                             enable_mamba_extra_buffer=s["pool"] == "mamba",
+                             sliding_window_size=SWA_WINDOW_PAGES * PAGE if s["pool"] == "swa" else None)
     ctx = TreeCacheBuildContext(
-        server_args=args, params=params, is_hybrid_swa=False, is_hybrid_ssm=s["pool"] == "mamba",
+        server_args=args, params=params, is_hybrid_swa=s["pool"] == "swa", is_hybrid_ssm=s["pool"] == "mamba",
         enable_hierarchical_cache=True, disable_radix_cache=False, tp_worker=ModelWorker(),
         model_config=None, tp_size=ranks.get("tp_size", 1), tp_rank=ranks.get("tp_rank", 0),
         tp_group=dist.group.WORLD,
@@ -185,12 +205,15 @@ def tokens(s: dict) -> list:
     return list(range(s.get("first_token", 0), s.get("first_token", 0) + s["pages"] * PAGE))
 
 
-def mamba_host(cc):
-    return cc.mem_pool_host.entry_map[PoolName.MAMBA].host_pool
+def sidecar_host(cc, s: dict):
+    return cc.mem_pool_host.entry_map[SIDECARS[s["pool"]][0]].host_pool
 
 
-def expected_state(s: dict, state) -> torch.Tensor:
-    return expected_page(s, 10**6, state.get_dummy_flat_data_page().numel())
+def expected_sidecar(s: dict, side) -> list:
+    """The sidecar's pages for the span's end, oldest first."""
+    dummy = side.get_dummy_flat_data_page()
+    nbytes = dummy.numel() * dummy.element_size()
+    return [expected_page(s, 10**6 + j, nbytes).view(side.dtype) for j in range(SIDECARS[s["pool"]][1])]
 
 
 def sidecar_results(op) -> dict:
@@ -214,16 +237,18 @@ def write(s: dict, seeds: str) -> dict:
         kv_host.set_from_flat_data_page(int(indices[p * PAGE]), expected_page(s, p, nbytes).view(kv_host.dtype))
     hashes = get_storage_hash_str(ids, None, page_size=PAGE)
     extra_pools = None
-    if s["pool"] == "mamba":
-        # The last page's state, backed up as the Mamba component does it:
-        # one state per node, under the node's last page hash.
-        state = mamba_host(cc)
-        slot = state.alloc(1)
-        state.set_from_flat_data_page(int(slot[0]), expected_state(s, state))
-        extra_pools = [PoolTransfer(name=PoolName.MAMBA, host_indices=slot, keys=[hashes[-1]],
+    if s["pool"] in SIDECARS and not s.get("no_state"):
+        # The sidecar's pages of the span's end, backed up as SGLang's
+        # component does it: under the span's last page hashes, a
+        # trailing-page hit (no_state: a writer whose sidecar backup never
+        # happened).
+        name, n = SIDECARS[s["pool"]]
+        side = sidecar_host(cc, s)
+        slots = side.alloc(n * side.page_size)
+        for j, page in enumerate(expected_sidecar(s, side)):
+            side.set_from_flat_data_page(int(slots[j * side.page_size]), page)
+        extra_pools = [PoolTransfer(name=name, host_indices=slots, keys=hashes[-n:],
                                     hit_policy=PoolHitPolicy.TRAILING_PAGES)]
-        if s.get("no_state"):  # a writer whose state backup never happened
-            extra_pools = None
     start = time.perf_counter()
     cc.write_storage(indices, ids, hash_value=hashes, extra_pools=extra_pools)
     op = cc.ack_backup_queue.get(timeout=TIMEOUT_S)
@@ -240,11 +265,12 @@ def read(s: dict, seeds: str) -> dict:
     cc = cache.cache_controller
     kv_host = cc.storage_host_pool
     ids = tokens(s)
-    # The Mamba component's prefetch transfer: one trailing state, its
-    # staging allocated once the hit is known.
+    # The component's prefetch transfer: its trailing pages, the staging
+    # allocated once the hit is known.
     extra_pools = None
-    if s["pool"] == "mamba":
-        extra_pools = [PoolTransfer(name=PoolName.MAMBA, keys=["__placeholder__"],
+    if s["pool"] in SIDECARS:
+        name, n = SIDECARS[s["pool"]]
+        extra_pools = [PoolTransfer(name=name, keys=["__placeholder__"] * n,
                                     hit_policy=PoolHitPolicy.TRAILING_PAGES)]
     if s.get("pause"):
         pause(s["name"])
@@ -255,14 +281,12 @@ def read(s: dict, seeds: str) -> dict:
     if hit.storage_hit_count:
         hit.host_indices = cc.mem_pool_host.alloc(hit.storage_hit_count)
         for transfer in extra_pools or []:
-            transfer.host_indices = mamba_host(cc).alloc(1)
+            side = sidecar_host(cc, s)
+            transfer.host_indices = side.alloc(len(transfer.keys) * side.page_size)
         cc.prefetch_buffer.put(hit)
         out["loaded_tokens"], pool_hits = completed_tokens(cc)
         if extra_pools:
-            state = mamba_host(cc)
-            got = state.get_data_page(int(extra_pools[0].host_indices[0]), flat=True).view(torch.uint8)
-            out["state_pages"] = pool_hits.get(PoolName.MAMBA.value, 0)
-            out["state_equal"] = bool(torch.equal(got, expected_state(s, state)))
+            out.update(sidecar_check(s, cc, extra_pools[0], pool_hits))
         out["seconds"] = time.perf_counter() - start
         out["bytes"] = out["loaded_tokens"] * kv_host.get_size_per_token()
         nbytes = page_bytes(kv_host, 0).numel()
@@ -271,6 +295,18 @@ def read(s: dict, seeds: str) -> dict:
             out["pages_equal"] += int(torch.equal(got, expected_page(s, p, nbytes)))
     cc.detach_storage_backend()
     return out
+
+
+def sidecar_check(s: dict, cc, transfer, pool_hits: dict) -> dict:
+    """How many sidecar pages SGLang counted as loaded, and whether they
+    hold what the writer stored."""
+    side = sidecar_host(cc, s)
+    got = [side.get_data_page(int(transfer.host_indices[j * side.page_size]), flat=True)
+           for j in range(len(transfer.keys))]
+    want = expected_sidecar(s, side)
+    return {"state_pages": pool_hits.get(transfer.name.value, 0),
+            "state_equal": len(got) == len(want) and all(
+                torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want))}
 
 
 def pause(name: str) -> None:

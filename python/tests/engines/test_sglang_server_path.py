@@ -4,7 +4,8 @@ built by its own ``create_unified_radix_cache`` (a ``HostPoolGroup`` and a
 ``HybridCacheController`` attaching the backend through the v2 pool
 registration), pages backed up by that controller in one process and
 prefetched by a fresh one in another. Every page, and a hybrid model's
-Mamba state, must come back byte for byte."""
+sidecar pages (a Mamba state, a sliding window), must come back byte for
+byte."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def written(server):
         scenario("mamba", pool="mamba", seed=4, model=m("mamba")),
         scenario("mamba_generic", pool="mamba", path="generic", seed=5, model=m("mamba_generic")),
         scenario("mamba_no_state", pool="mamba", seed=6, model=m("mamba_no_state"), no_state=True),
+        scenario("swa", pool="swa", seed=9, model=m("swa")),
+        scenario("swa_no_window", pool="swa", seed=10, model=m("swa_no_window"), no_state=True),
         scenario("pp0", seed=7, model=m("pp"), ranks={"pp_rank": 0, "pp_size": 2}),
         scenario("pp1", seed=8, model=m("pp"), ranks={"pp_rank": 1, "pp_size": 2}),
     ]
@@ -52,8 +55,13 @@ def written(server):
     return {w["name"]: w for w in writes}, results
 
 
+# Per hybrid model: its sidecar pool and the trailing pages it keeps (the
+# driver's SIDECARS: one Mamba state, a two-page sliding window).
+SIDECAR_PAGES = {"mamba": 1, "swa": 2}
+
+
 def pools(s: dict) -> list:
-    return ["kv", "mamba"] if s["pool"] == "mamba" else ["kv"]
+    return ["kv", s["pool"]] if s["pool"] in SIDECAR_PAGES else ["kv"]
 
 
 def test_the_server_path_builds_a_hybrid_controller_that_attaches_strata(written):
@@ -72,11 +80,12 @@ def test_backup_through_the_controller(written):
             assert r["skipped"] is True and r["backed_up_tokens"] == 0, r
             continue
         assert (r["backed_up_tokens"], r["skipped"]) == (TOKENS, False), r
-        with_state = writes[name]["pool"] == "mamba" and not writes[name].get("no_state")
-        assert r.get("sidecar_pages") == ({"mamba": 1} if with_state else None), r
+        pool = writes[name]["pool"]
+        with_state = pool in SIDECAR_PAGES and not writes[name].get("no_state")
+        assert r.get("sidecar_pages") == ({pool: SIDECAR_PAGES[pool]} if with_state else None), r
 
 
-def test_prefetch_in_a_fresh_process_gets_every_page_and_the_state(server, written):
+def test_prefetch_in_a_fresh_process_gets_every_page_and_the_sidecars(server, written):
     writes, _ = written
     w = dict(writes)
     reads = [
@@ -84,10 +93,12 @@ def test_prefetch_in_a_fresh_process_gets_every_page_and_the_state(server, writt
         # Both controller paths store the same keys and bytes.
         {**w["mha"], "name": "mha_read_generic", "path": "generic"},
         {**w["mamba"], "name": "mamba_read_generic", "path": "generic"},
+        w["swa"], {**w["swa"], "name": "swa_read_generic", "path": "generic"},
         # MLA: rank 1 reads the pages rank 0 wrote.
         {**w["mla"], "name": "mla_read_rank1", "ranks": {"tp_rank": 1, "tp_size": 2}},
-        # KV pages without the state at their end: nothing a hybrid model can restore.
-        w["mamba_no_state"],
+        # KV pages without the state (or window) at their end: nothing a
+        # hybrid model can restore.
+        w["mamba_no_state"], w["swa_no_window"],
         # Never written: a clean miss.
         scenario("absent", model="never-written-" + uuid.uuid4().hex[:6]),
     ]
@@ -98,11 +109,12 @@ def test_prefetch_in_a_fresh_process_gets_every_page_and_the_state(server, writt
     full = {"hit_tokens": TOKENS, "loaded_tokens": TOKENS, "pages_equal": PAGES}
     for name in ["mha", "mha_generic", "mla", "pp0", "pp1", "mha_read_generic", "mla_read_rank1"]:
         assert {k: results[name][k] for k in full} == full, results[name]
-    for name in ["mamba", "mamba_generic", "mamba_read_generic"]:
+    for name in ["mamba", "mamba_generic", "mamba_read_generic", "swa", "swa_read_generic"]:
         r = results[name]
         assert {k: r[k] for k in full} == full, r
-        assert (r["state_pages"], r["state_equal"]) == (1, True), r
-    for name in ["mamba_no_state", "absent"]:
+        pages = SIDECAR_PAGES[name.split("_")[0]]
+        assert (r["state_pages"], r["state_equal"]) == (pages, True), r
+    for name in ["mamba_no_state", "swa_no_window", "absent"]:
         assert (results[name]["hit_tokens"], results[name]["loaded_tokens"]) == (0, 0), results[name]
 
 
