@@ -70,7 +70,7 @@ if [ "$TOOL" != redis-cli ] && [ "$have_bench" = 1 ]; then
     log "strata-bench --addr $addr ${inline[*]}"
     exec strata-bench --addr "$addr" "${inline[@]}"
 elif [ "$TOOL" = strata-bench ]; then
-    log "STRATA_BENCH_TOOL=strata-bench but strata-bench is not in this image (build it on branch client, rerun scripts/images.sh)"
+    log "STRATA_BENCH_TOOL=strata-bench but strata-bench is not in this image (cargo build --release -p strata-bench, rerun scripts/images.sh)"
     exit 1
 fi
 

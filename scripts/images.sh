@@ -14,6 +14,9 @@
 # The binaries are built on the host (`cargo build --release -p strata-server`)
 # into ${CARGO_TARGET_DIR:-target}; nothing is compiled inside docker.
 #
+# Needs: root (debootstrap and the docker daemon), a Debian or Debian-based
+# host (debootstrap is installed with apt-get when missing), and docker.
+#
 # Usage: scripts/images.sh [--rebuild] [--no-cargo]
 #   --rebuild   remake strata-base even if the image exists
 #   --no-cargo  do not run cargo; use the binary already in the target dir
@@ -123,7 +126,7 @@ build_node() {
         cp "$bench" "$ctx/bin/"
         log "including strata-bench ($bench)"
     else
-        log "no $bench (built on branch client); node image without strata-bench"
+        log "no $bench (cargo build --release -p strata-bench); node image without strata-bench"
     fi
     cp docker/entrypoint.sh "$ctx/entrypoint.sh"
     cp docker/bench.sh "$ctx/bench.sh"
