@@ -23,6 +23,11 @@ NODES = ("node1", "node2", "node3")
 START_TIMEOUT_S = 60.0
 
 
+def without_strata_settings(env) -> dict:
+    """``env`` less the ``STRATA_*`` variables nodes and SDKs read as config."""
+    return {k: v for k, v in env.items() if not k.startswith("STRATA_")}
+
+
 def bed_ip(host: str) -> str:
     return subprocess.check_output([str(BED), "ip", host], text=True).strip()
 
@@ -82,8 +87,10 @@ class BedCluster:
 
     def _spawn(self, host: str, argv: List[str]) -> None:
         log = open(Path(self.work.name) / f"{host}.log", "wb")
-        # The nodes' default NVMe tier goes to TMPDIR: inside this run's dir.
-        env = {**os.environ, "TMPDIR": self.work.name}
+        # The documented commands as a user runs them: no STRATA_* settings
+        # of the caller's (a node reads them as config); the nodes' default
+        # NVMe tier goes to TMPDIR, inside this run's dir.
+        env = {**without_strata_settings(os.environ), "TMPDIR": self.work.name}
         self.procs.append(subprocess.Popen([str(BED), "exec", host, *argv], stdout=log,
                                            stderr=subprocess.STDOUT, env=env))
 

@@ -23,6 +23,10 @@ ROOT=$PWD
 BED="$ROOT/scripts/netbed.sh"
 SERVER=${STRATA_SERVER:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/strata-server}
 PY=${STRATA_TEST_PYTHON:-python3}
+# The documented commands run as a user types them: no STRATA_* settings
+# from the caller's environment (scripts/test.sh exports STRATA_PORT and
+# others for its earlier steps, and a node reads them as config).
+for var in $(compgen -e | grep '^STRATA_' || true); do unset "$var"; done
 # Bounds of each wait; every wait polls a condition.
 START_TIMEOUT_S=30
 POLL_S=0.1

@@ -121,6 +121,10 @@ def start_driver(script: str, *args: str, env: dict = None, host: str = None) ->
     ``driver_results``); with ``host``, on that host of the network bed
     (scripts/netbed.sh)."""
     full_env = dict(os.environ)
+    if host:  # an engine host of the bed: no STRATA_* settings of this host's
+        from bedcluster import without_strata_settings
+
+        full_env = without_strata_settings(full_env)
     # SGLang JIT-builds a C++ extension with the venv's ninja.
     full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
     full_env.update(env or {})
