@@ -384,12 +384,21 @@ mod tests {
     async fn stream_only_never_spins_for_a_call_done_at_its_first_wake_up() {
         let s = Spinner::quarter_of(4).patient();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // The value is sent well after the first poll has begun (not after
+        // the thread starts: under the soft-RoCE VM's emulation the first
+        // poll can come later than a fixed delay, and a send during it is a
+        // wake-up with the future still pending, which rightly spins).
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel();
         let sender = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(5));
+            polled_rx.recv().expect("first poll");
+            std::thread::sleep(Duration::from_millis(20));
             tx.send(3).expect("receiver alive");
         });
         let mut ran_out = false;
-        let one = std::pin::pin!(async { rx.await.expect("sent") });
+        let one = std::pin::pin!(async {
+            polled_tx.send(()).expect("sender alive");
+            rx.await.expect("sent")
+        });
         let (v, found) = s
             .run(one, Duration::ZERO, Duration::from_millis(20), || {
                 ran_out = true
