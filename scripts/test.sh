@@ -71,10 +71,12 @@ for _ in $(seq 1 100); do
   kill -0 "$SERVER_PID" 2>/dev/null || { cat "$LOG"; echo "strata-server exited"; exit 1; }
   sleep 0.1
 done
-export STRATA_HOST=127.0.0.1 STRATA_PORT=$PORT STRATA_MAX_VALUE_SIZE=$MAX_VALUE
-"$VENV/bin/python" -m pytest tests/compat -q -rs
-bash tests/compat/redis_cli_session.sh
-PATH="$VENV/bin:$PATH" bash tests/compat/redis_benchmark.sh
+# The suite's target, for these three commands only (a strata-server reads
+# STRATA_* as config: later steps' nodes must not inherit them).
+SUITE_ENV=(STRATA_HOST=127.0.0.1 "STRATA_PORT=$PORT" "STRATA_MAX_VALUE_SIZE=$MAX_VALUE")
+env "${SUITE_ENV[@]}" "$VENV/bin/python" -m pytest tests/compat -q -rs
+env "${SUITE_ENV[@]}" bash tests/compat/redis_cli_session.sh
+env "${SUITE_ENV[@]}" PATH="$VENV/bin:$PATH" bash tests/compat/redis_benchmark.sh
 kill -0 "$SERVER_PID" || { cat "$LOG"; echo "strata-server died during the suite"; exit 1; }
 
 # --- 4b. Python SDK (python/): build, install, pytest ------------------------
