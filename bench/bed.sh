@@ -49,7 +49,7 @@ start_node() {
 
 # The node itself, not its namespace wrapper (which would wait for it).
 stop_node() {
-  kill $(ip netns pids sbed-node1) 2>/dev/null || true
+  kill $(ip netns pids "${NETBED_PREFIX:-sbed-}node1") 2>/dev/null || true
   wait "$NODE_PID" 2>/dev/null || true
 }
 # iperf3 under the congestion control strata's sockets use where the host

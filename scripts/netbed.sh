@@ -19,11 +19,13 @@
 # namespace has a default route, so traffic between the bed's addresses
 # stays on the bridge and nothing can leave for the host's networks. The
 # subnet (NETBED_NET, default 10.213.7) exists only inside the bed and
-# cannot collide with the host's own. Every name starts with sbed-, so a
-# bed left by a killed run is found and removed by the next `up`/`down`.
+# cannot collide with the host's own. Every name starts with sbed- (or
+# NETBED_PREFIX), so a bed left by a killed run is found and removed by the
+# next `up`/`down`; two beds with different NETBED_PREFIX and NETBED_NET can
+# run side by side.
 set -euo pipefail
 
-PREFIX=sbed-
+PREFIX=${NETBED_PREFIX:-sbed-}
 NET=${NETBED_NET:-10.213.7}
 BRIDGE_NS=${PREFIX}br
 # name, last octet: etcd, three storage nodes, two engine clients.
