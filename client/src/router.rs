@@ -242,6 +242,9 @@ impl Router {
         let shards: &[&[u8]] = &[b"CLUSTER", b"SHARDS"];
         match node.call(slots, Idempotent::Yes, 0).await {
             Ok(frame) => SlotMap::from_slots(&frame, &node.addr),
+            // A cluster member that cannot vouch for its map (fenced, or
+            // not joined yet): ask another.
+            Err(e) if e.is_cluster_transient() => Err(e),
             Err(Error::Server { .. }) => match node.call(shards, Idempotent::Yes, 0).await {
                 Ok(frame) => SlotMap::from_shards(&frame, &node.addr),
                 Err(Error::Server { .. }) => Ok(SlotMap::single(&node.addr, false)),

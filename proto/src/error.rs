@@ -38,6 +38,9 @@ pub enum ErrorCode {
     /// proven on this connection (`STRATA.CMA`), or the read not permitted.
     /// Use the network data plane.
     NoCma,
+    /// The write is stored on this node but on fewer nodes than
+    /// `replica_num` asks (a replica unreachable): not acknowledged as safe.
+    NoReplicas,
 }
 
 impl ErrorCode {
@@ -58,6 +61,7 @@ impl ErrorCode {
             ErrorCode::CrossSlot => "CROSSSLOT",
             ErrorCode::ClusterDown => "CLUSTERDOWN",
             ErrorCode::NoCma => "NOCMA",
+            ErrorCode::NoReplicas => "NOREPLICAS",
         }
     }
 }

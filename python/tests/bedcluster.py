@@ -19,6 +19,7 @@ from typing import Dict, List
 from servers import ROOT, server_binary
 
 BED = ROOT / "scripts" / "netbed.sh"
+PREFIX = os.environ.get("NETBED_PREFIX", "sbed-")
 NODES = ("node1", "node2", "node3")
 START_TIMEOUT_S = 60.0
 
@@ -77,16 +78,17 @@ class BedCluster:
         self._wait("etcd", lambda: on("node1", "etcdctl", "--endpoints", f"http://{self.etcd_ip}:2379",
                                       "endpoint", "health") is not None)
         binary = str(server_binary())
+        self.node_argv = {}
         for n in NODES:
             argv = on_bed(docs["node"], self.etcd_ip, bed_ip(n))
-            self._spawn(n, [binary, *argv[1:]])
-        for n in NODES:
-            self._wait(f"{n}'s ring of 3", lambda n=n: self.info(n).get("ring_nodes") == "3")
+            self.node_argv[n] = [binary, *argv[1:]]
+            self._spawn(n, self.node_argv[n])
+        self.wait_ring(3)
         self.seeds = f"{bed_ip('node1')}:7379"
         self.metadata_server = f"etcd://{self.etcd_ip}:2379"
 
     def _spawn(self, host: str, argv: List[str]) -> None:
-        log = open(Path(self.work.name) / f"{host}.log", "wb")
+        log = open(Path(self.work.name) / f"{host}.log", "ab")
         # The documented commands as a user runs them: no STRATA_* settings
         # of the caller's (a node reads them as config); the nodes' default
         # NVMe tier goes to TMPDIR, inside this run's dir.
@@ -104,6 +106,26 @@ class BedCluster:
                 pass
             time.sleep(0.1)
         raise TimeoutError(f"bed: {what} not up within {START_TIMEOUT_S} s:\n{self.logs()}")
+
+    def wait_ring(self, nodes: int) -> None:
+        """Until every node's ring has ``nodes`` members."""
+        for n in NODES:
+            self._wait(f"{n}'s ring of {nodes}", lambda n=n: self.info(n).get("ring_nodes") == str(nodes))
+
+    def wait_replicated(self) -> None:
+        """Until no node has keys short of their copies."""
+        self._wait("every key at replica_num copies", lambda: self.total("under_replicated_keys") == 0)
+
+    def kill(self, node: str) -> None:
+        """``kill -9`` of everything running on ``node``'s host."""
+        pids = subprocess.run(["ip", "netns", "pids", f"{PREFIX}{node}"], capture_output=True,
+                              text=True).stdout.split()
+        if pids:
+            subprocess.run(["kill", "-9", *pids])
+
+    def restart(self, node: str) -> None:
+        """Starts ``node`` again with its documented command."""
+        self._spawn(node, self.node_argv[node])
 
     def info(self, node: str) -> Dict[str, str]:
         """A node's ``INFO``, asked from the decode host."""

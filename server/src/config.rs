@@ -231,6 +231,9 @@ pub struct Cli {
     /// etcd lease of this node's record, in seconds [default: 5].
     #[arg(long, env = "STRATA_NODE_TTL_S")]
     node_ttl_s: Option<String>,
+    /// Longest a node serves without fresh proof that it owns its slots; peers take over a dead or cut-off node's slots this long after they find it gone [default: 500].
+    #[arg(long, env = "STRATA_FENCE_MS")]
+    fence_ms: Option<String>,
     /// Directory of the NVMe tier's files; empty = a temporary one, lost at stop.
     #[arg(long, env = "STRATA_SSD_PATH")]
     ssd_path: Option<String>,
@@ -323,6 +326,7 @@ impl Cli {
             ("host_name", self.host_name.as_ref()),
             ("replica_num", self.replica_num.as_ref()),
             ("node_ttl_s", self.node_ttl_s.as_ref()),
+            ("fence_ms", self.fence_ms.as_ref()),
             ("ssd_path", self.ssd_path.as_ref()),
             ("ssd_pool_size", self.ssd_pool_size.as_ref()),
             ("ssd_max_value_size", self.ssd_max_value_size.as_ref()),
@@ -385,6 +389,8 @@ pub struct Config {
     pub host_name: String,
     pub replica_num: u32,
     pub node_ttl_s: u32,
+    /// See `crate::cluster::fence`.
+    pub fence_ms: u64,
     /// Empty: a temporary directory (nothing survives a restart).
     pub ssd_path: String,
     /// 0: no NVMe tier.
@@ -487,6 +493,7 @@ impl Default for Config {
             host_name: String::new(),
             replica_num: 1,
             node_ttl_s: 5,
+            fence_ms: 500,
             ssd_path: String::new(),
             ssd_pool_size: DEFAULT_SSD_POOL,
             ssd_max_value_size: DEFAULT_SSD_MAX_VALUE,
@@ -852,6 +859,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
         }
         "replica_num" => cfg.replica_num = int_in(v, 1, MAX_REPLICAS)? as u32,
         "node_ttl_s" => cfg.node_ttl_s = int_in(v, 1, 60)? as u32,
+        "fence_ms" => cfg.fence_ms = int_in(v, 100, 10_000)?,
         "protocol" => {
             // Whether this binary has RDMA, and whether a device works, is
             // checked when the data plane starts.
@@ -990,6 +998,7 @@ impl Config {
             ("host_name", self.host_name.clone()),
             ("replica_num", self.replica_num.to_string()),
             ("node_ttl_s", self.node_ttl_s.to_string()),
+            ("fence_ms", self.fence_ms.to_string()),
             ("ssd_path", self.ssd_path.clone()),
             ("ssd_pool_size", self.ssd_pool_size.to_string()),
             ("ssd_max_value_size", self.ssd_max_value_size.to_string()),

@@ -76,6 +76,8 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     }
     if !node.cfg.standalone() {
         tokio::spawn(services::membership::run(node.clone()));
+        tokio::spawn(services::heartbeat::run(node.clone()));
+        tokio::spawn(services::detector::run(node.clone()));
         tokio::spawn(services::replicate::retry_loop(node.clone()));
     }
     let result = tokio::select! {

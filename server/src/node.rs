@@ -156,7 +156,7 @@ impl Node {
         let cma = crate::cma::Cma::start(&cfg.cma, cfg.cma_lanes as usize).map(Arc::new);
         let mut me = me;
         me.process = cma.as_ref().map(|c| c.record());
-        let cluster = Cluster::new(me, cfg.standalone());
+        let cluster = Cluster::new(me, cfg.standalone(), Duration::from_millis(cfg.fence_ms));
         Ok(Node {
             peers: Peers::new(cfg.requirepass.clone(), tcp_congestion.clone()),
             cluster,
@@ -199,6 +199,7 @@ impl Node {
             leases_out: self.leases.len() as u64,
             ring_nodes: self.cluster.ring().len() as u64,
             etcd_healthy: self.cluster.etcd_healthy.load(Relaxed),
+            fenced: self.cluster.check_fence().is_err(),
             under_replicated_keys: under.len() as u64,
             under_replicated_writes: under.writes_total.load(Relaxed),
             transport: self.transport.stats(),

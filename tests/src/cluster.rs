@@ -274,7 +274,11 @@ pub struct SlotRange {
 /// `CLUSTER SLOTS` of one node, parsed.
 pub fn cluster_slots(addr: SocketAddr) -> io::Result<Vec<SlotRange>> {
     let reply = try_request(addr, &[b"CLUSTER", b"SLOTS"])?;
-    Ok(parse_slots(&parse_reply(&reply)))
+    match parse_reply(&reply) {
+        // A fenced node (or one not joined yet) has no map to give.
+        Resp::Error(e) => Err(io::Error::other(e)),
+        r => Ok(parse_slots(&r)),
+    }
 }
 
 fn parse_slots(r: &Resp) -> Vec<SlotRange> {

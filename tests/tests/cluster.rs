@@ -646,7 +646,7 @@ fn node_restarted_within_its_lease_gets_its_copies_back() {
 }
 
 #[test]
-fn nodes_keep_serving_while_etcd_is_down_and_rejoin_when_it_returns() {
+fn nodes_serve_while_their_leases_last_when_etcd_is_down_then_refuse_and_rejoin_with_every_write() {
     let mut cluster = Cluster::start(&["64MiB", "64MiB", "64MiB"], 2);
     let slots_before = cluster_slots(cluster.node(0).addr()).unwrap();
     let writer = Writer::start(&cluster, "etcd");
@@ -656,21 +656,30 @@ fn nodes_keep_serving_while_etcd_is_down_and_rejoin_when_it_returns() {
     cluster.etcd.stop();
     cluster.wait_metric("strata_etcd_healthy", 0.0);
     let noticed_s = stopped.elapsed().as_secs_f64();
+    // Nobody can take over while etcd is down, but nobody can prove it
+    // either once the leases would have run out: every node then refuses
+    // key commands (and its map) rather than risk two owners.
+    cluster.wait_metric("strata_fenced", 1.0);
+    let fenced_s = stopped.elapsed().as_secs_f64();
+    let lease = f64::from(strata_tests::cluster::NODE_TTL_S);
+    assert!(
+        fenced_s <= lease + 1.0,
+        "fenced {fenced_s:.2}s after etcd stopped (lease {lease}s)"
+    );
     for s in cluster.live() {
         assert_eq!(s.try_metric("strata_ring_nodes"), Some(3.0));
-        assert_eq!(cluster_slots(s.addr()).unwrap(), slots_before);
+        let err = cluster_slots(s.addr()).expect_err("a fenced node gives no map");
+        assert!(err.to_string().contains("CLUSTERDOWN fenced"), "{err}");
         let (_, body) = s.http_get("/health");
         let h: serde_json::Value = serde_json::from_str(&body).expect("/health is JSON");
         assert_eq!(h["etcd_healthy"], false, "{body}");
         assert_eq!(h["ring_nodes"], 3, "{body}");
     }
-    writer.wait_progress(100, RING_TIMEOUT);
-    let mut c = cluster.client();
-    wait_readable(&mut c, &writer.snapshot(), Duration::ZERO);
 
     let restarted = Instant::now();
     cluster.etcd.restart();
     cluster.wait_metric("strata_etcd_healthy", 1.0);
+    cluster.wait_metric("strata_fenced", 0.0);
     cluster.wait_ring(3);
     let back_s = restarted.elapsed().as_secs_f64();
     for s in cluster.live() {
@@ -678,11 +687,12 @@ fn nodes_keep_serving_while_etcd_is_down_and_rejoin_when_it_returns() {
     }
     writer.wait_progress(100, RING_TIMEOUT);
     let (pairs, failed_writes) = writer.stop();
+    let mut c = cluster.client();
     wait_readable(&mut c, &pairs, Duration::ZERO);
     wait_placed(&cluster, &pairs, REPAIR_TIMEOUT);
     println!(
-        "etcd down: noticed by every node in {noticed_s:.2}s, healthy again {back_s:.2}s after \
-         the restart; {} keys written, {failed_writes} writes failed",
+        "etcd down: noticed by every node in {noticed_s:.2}s, all fenced after {fenced_s:.2}s, \
+         serving again {back_s:.2}s after the restart; {} keys written, {failed_writes} writes failed",
         pairs.len()
     );
 }

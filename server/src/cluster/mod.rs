@@ -10,6 +10,7 @@
 //! Only state lives here, owned by the node; the work that acts on the
 //! whole node (membership, replication, repair) is in `crate::services`.
 
+pub mod fence;
 pub mod peer;
 pub mod under_replicated;
 
@@ -42,6 +43,16 @@ pub struct Cluster {
     last_ring_change_ms: AtomicU64,
     /// The last ring every local key was repaired against.
     repaired_ring: Mutex<Arc<Ring>>,
+    /// Whether this node may serve (see [`fence`]).
+    pub fence: fence::Fence,
+    /// Members this node cannot reach (`crate::services::detector`).
+    pub suspects: Mutex<std::collections::BTreeSet<String>>,
+    /// The etcd create revision of this node's record (0: not registered):
+    /// the same record while it is, a new one once it was deleted.
+    pub my_revision: std::sync::atomic::AtomicI64,
+    /// The etcd revision of each member's record as last seen, so that a
+    /// delete names the version it means and never a successor's.
+    pub member_revisions: Mutex<std::collections::HashMap<String, i64>>,
 }
 
 /// After a ring change, misses are read through to the previous holders
@@ -55,7 +66,7 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    pub fn new(me: NodeRecord, standalone: bool) -> Cluster {
+    pub fn new(me: NodeRecord, standalone: bool, fence_window: std::time::Duration) -> Cluster {
         // A cluster member owns nothing until it has heard from etcd:
         // claiming every slot alone would serve writes nobody else can find.
         let ring = if standalone {
@@ -74,6 +85,10 @@ impl Cluster {
             repair_generation: AtomicU64::new(0),
             last_ring_change_ms: AtomicU64::new(0),
             repaired_ring: Mutex::new(Arc::new(Ring::new(Vec::new()))),
+            fence: fence::Fence::new(fence_window),
+            suspects: Default::default(),
+            my_revision: Default::default(),
+            member_revisions: Default::default(),
         }
     }
 
@@ -137,6 +152,7 @@ impl Cluster {
         if self.standalone {
             return Ok(());
         }
+        self.check_fence()?;
         let ring = self.ring.read();
         let mut first: Option<(u16, &NodeRecord)> = None;
         for key in keys {
@@ -165,6 +181,20 @@ impl Cluster {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+impl Cluster {
+    /// `-CLUSTERDOWN` while this node cannot prove that no other node
+    /// serves its slots (see [`fence`]); clients retry elsewhere.
+    pub fn check_fence(&self) -> Result<(), CommandError> {
+        if self.standalone || self.fence.serving() {
+            return Ok(());
+        }
+        Err(CommandError::new(
+            ErrorCode::ClusterDown,
+            "fenced: this node cannot confirm with etcd (or a majority of its peers) that it still owns its slots; retry on another node",
+        ))
     }
 }
 

@@ -16,6 +16,13 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let c = &ctx.node.cluster;
     let ring = c.ring();
     let copies = ctx.node.cfg.replica_num as usize;
+    // A fenced node's map may name itself for slots others now serve:
+    // clients should learn the map elsewhere.
+    if matches!(sub.as_slice(), b"SLOTS" | b"SHARDS" | b"NODES") {
+        if let Err(e) = c.check_fence() {
+            return e.into();
+        }
+    }
     match (sub.as_slice(), &args[2..]) {
         (b"KEYSLOT", [key]) => Reply::Int(i64::from(key_slot(key))).into(),
         (b"MYID", []) => Reply::text(&hex_id(&c.me.id)).into(),

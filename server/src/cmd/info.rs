@@ -287,6 +287,9 @@ fn render(node: &Node, section: &str, out: &mut String) {
             if !cl.standalone() {
                 line(out, "etcd_healthy", u8::from(cl.etcd_healthy.load(Relaxed)));
                 line(out, "etcd_sessions", cl.etcd_sessions.load(Relaxed));
+                line(out, "fenced", u8::from(!cl.fence.serving()));
+                line(out, "fence_remaining_ms", cl.fence.remaining_ms());
+                line(out, "suspected_members", cl.suspects.lock().len());
             }
             let under = &cl.under_replicated;
             line(out, "under_replicated_keys", under.len());

@@ -54,6 +54,7 @@ mod strata_cma;
 mod strata_handoff;
 mod strata_meta;
 mod strata_replicate;
+mod strata_vouch;
 mod strlen;
 mod subscribe;
 mod ttl;
@@ -249,7 +250,8 @@ impl Ctx<'_> {
     /// After a local write of `keys` succeeded with `reply`: copies the
     /// values to the rest of their replica set, then replies. The reply
     /// waits for the replicas so an acknowledged value survives the loss
-    /// of any `copies - 1` nodes.
+    /// of any `copies - 1` nodes: a copy that could not be made turns it
+    /// into `-NOREPLICAS`.
     pub fn replicate(&self, keys: Vec<Bytes>, copies: Option<u32>, reply: Reply) -> Out {
         use crate::services::replicate;
         let copies = copies.unwrap_or(self.node.cfg.replica_num) as usize;
@@ -259,17 +261,19 @@ impl Ctx<'_> {
         let node = self.node.clone();
         let now = self.now_ms;
         Out::Later(Box::pin(async move {
+            let mut all = true;
             for key in keys {
                 let targets = replicate::targets(&node, &key, copies);
                 match node.store.peek_with_expiry(&key, now) {
                     Ok(Some((value, expire))) => {
-                        replicate::push_write(&node, key, value, expire, targets, copies).await;
+                        all &=
+                            replicate::push_write(&node, key, value, expire, targets, copies).await;
                     }
                     Ok(None) => {}
                     Err(e) => return store_error(e).into(),
                 }
             }
-            reply
+            replicate::write_reply(&node, all, reply)
         }))
     }
 
@@ -411,6 +415,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("STRATA.HANDOFF", 3, NO_KEYS, "strata", "Internal: pushes a key to the node now holding its slot.", strata_handoff::run),
     spec("STRATA.META", 2, ONE_KEY, "strata", "Size, tier, creation time, checksum, epoch and version of a value.", strata_meta::run),
     write(spec("STRATA.REPLICATE", -5, NO_KEYS, "strata", "Internal: pulls a copy of a value from its owner.", strata_replicate::run)),
+    spec("STRATA.VOUCH", 2, NO_KEYS, "strata", "Internal: whether this node can reach a member (1) or suspects it (0).", strata_vouch::run),
     spec("STRLEN", 2, ONE_KEY, "string", "Length of a key's value.", strlen::run),
     spec("SUBSCRIBE", -2, NO_KEYS, "pubsub", "Receives messages published on channels (and keyspace events).", subscribe::run),
     spec("TTL", 2, ONE_KEY, "generic", "A key's time to live in seconds.", ttl::run),

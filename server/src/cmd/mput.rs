@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use strata_proto::{CommandError, Reply};
 use strata_rdma::{ReadOp, Transport, TransportKind};
 use strata_tiering::{Condition, Expiry};
@@ -126,9 +127,10 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
                 node.notify_owned(Event::Set, &key);
             }
             match node.store.peek(&key, now) {
-                Ok(Some(value)) if !internal => writes.push(replicate::push_write(
-                    &node, key, value, None, targets, copies,
-                )),
+                Ok(Some(value)) if !internal => writes.push(
+                    replicate::push_write(&node, key, value, None, targets, copies)
+                        .map(move |all| (i, all)),
+                ),
                 Ok(_) => {}
                 Err(e) => {
                     replies[i] = Some(super::store_error(e).into());
@@ -138,7 +140,9 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
             replies[i] = Some(Reply::Ok);
         }
         // Every pair's copies go to the replicas concurrently.
-        futures::future::join_all(writes).await;
+        for (i, all) in futures::future::join_all(writes).await {
+            replies[i] = Some(replicate::write_reply(&node, all, Reply::Ok));
+        }
         Reply::Array(
             replies
                 .into_iter()

@@ -67,13 +67,12 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         match node.store.peek_with_expiry(&key, now_ms()) {
             // A replica's own copy (an internal write) is not a new write.
             Ok(Some((value, exp))) if !internal => {
-                replicate::push_write(&node, key, value, exp, targets, copies).await;
+                let all = replicate::push_write(&node, key, value, exp, targets, copies).await;
+                replicate::write_reply(&node, all, Reply::Ok)
             }
-            Ok(Some(_)) => {}
-            Ok(None) => {}
-            Err(e) => return super::store_error(e).into(),
+            Ok(_) => Reply::Ok,
+            Err(e) => super::store_error(e).into(),
         }
-        Reply::Ok
     }))
 }
 

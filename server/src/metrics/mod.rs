@@ -36,6 +36,7 @@ pub struct Scrape<'a> {
     pub leases_out: u64,
     pub ring_nodes: u64,
     pub etcd_healthy: bool,
+    pub fenced: bool,
     pub under_replicated_keys: u64,
     pub under_replicated_writes: u64,
     pub transport: &'a TcpStats,
@@ -81,6 +82,8 @@ pub struct Counters {
     pub net_output_bytes_total: AtomicU64,
     pub replica_pushes_total: AtomicU64,
     pub replica_push_errors_total: AtomicU64,
+    pub members_removed_total: AtomicU64,
+    pub writes_short_of_copies_total: AtomicU64,
     pub repair_pushes_total: AtomicU64,
     pub repair_shed_total: AtomicU64,
     pub repair_runs_total: AtomicU64,
@@ -132,6 +135,9 @@ struct Exported {
     leases_out: Gauge,
     ring_nodes: Gauge,
     etcd_healthy: Gauge,
+    fenced: Gauge,
+    members_removed_total: Counter,
+    writes_short_of_copies_total: Counter,
     under_replicated_keys: Gauge,
     under_replicated_writes_total: Counter,
     replica_pushes_total: Counter,
@@ -575,6 +581,21 @@ impl Metrics {
                 Unit::Count,
                 "1 when the last exchange with etcd succeeded (always 1 standalone).",
             ),
+            fenced: gauge(
+                "strata_fenced",
+                Unit::Count,
+                "1 while this node refuses key commands: it cannot prove that no other node serves its slots.",
+            ),
+            members_removed_total: counter(
+                "strata_members_removed_total",
+                Unit::Count,
+                "Unreachable members whose records this node deleted (with a majority agreeing).",
+            ),
+            writes_short_of_copies_total: counter(
+                "strata_writes_short_of_copies_total",
+                Unit::Count,
+                "Writes answered -NOREPLICAS: stored, but on fewer nodes than replica_num.",
+            ),
             under_replicated_keys: gauge(
                 "strata_under_replicated_keys",
                 Unit::Count,
@@ -785,6 +806,11 @@ impl Metrics {
         e.leases_out.set(x.leases_out as f64);
         e.ring_nodes.set(x.ring_nodes as f64);
         e.etcd_healthy.set(f64::from(u8::from(x.etcd_healthy)));
+        e.fenced.set(f64::from(u8::from(x.fenced)));
+        e.members_removed_total
+            .absolute(c.members_removed_total.load(Relaxed));
+        e.writes_short_of_copies_total
+            .absolute(c.writes_short_of_copies_total.load(Relaxed));
         e.under_replicated_keys.set(x.under_replicated_keys as f64);
         e.under_replicated_writes_total
             .absolute(x.under_replicated_writes);

@@ -7,9 +7,13 @@
 //! it from the ring. Records are re-published with fresh usage figures every
 //! [`USAGE_INTERVAL`] (never more often).
 //!
+//! A ring that drops a member is installed only after the fence window
+//! (`crate::cluster::fence`), so that the member has stopped serving first.
+//!
 //! When etcd cannot be reached the node keeps serving with the last ring it
-//! knew, reports `etcd_healthy:0`, and reconnects with bounded backoff. If
-//! its lease expired meanwhile it registers again under a new one.
+//! knew while its proofs last (`crate::services::heartbeat`), reports
+//! `etcd_healthy:0`, and reconnects with bounded backoff. If its record was
+//! deleted meanwhile it drops its copies and registers again.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,9 +21,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, WatchOptions,
+};
 use strata_ring::{NodeRecord, Ring, TierUsage};
 
+use crate::cluster::fence::mono_ms;
 use crate::node::Node;
 
 /// How often usage figures are re-published.
@@ -33,6 +41,22 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn prefix(cluster: &str) -> String {
     format!("/strata/{cluster}/nodes/")
+}
+
+/// A client of the cluster's etcd whose requests time out after `timeout`.
+pub async fn connect(cfg: &crate::config::Config, timeout: Duration) -> anyhow::Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout)
+        .with_keep_alive(Duration::from_secs(2), REQUEST_TIMEOUT);
+    Client::connect(&cfg.metadata_server, Some(opts))
+        .await
+        .context("connect")
+}
+
+/// This node's record's key.
+pub fn my_key(node: &Node) -> String {
+    format!("{}{}", prefix(&node.cfg.cluster_name), node.cluster.me.id)
 }
 
 /// Runs for the life of the node.
@@ -86,34 +110,22 @@ fn record(node: &Node) -> NodeRecord {
 /// One registration: lease, record, watch; returns on any etcd failure.
 async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
     let cfg = &node.cfg;
-    let opts = ConnectOptions::new()
-        .with_connect_timeout(REQUEST_TIMEOUT)
-        .with_timeout(REQUEST_TIMEOUT)
-        .with_keep_alive(Duration::from_secs(2), REQUEST_TIMEOUT);
-    let mut client = Client::connect(&cfg.metadata_server, Some(opts))
-        .await
-        .context("connect")?;
+    let mut client = connect(cfg, REQUEST_TIMEOUT).await?;
+    drop_copies_if_replaced(node, &mut client).await?;
     let ttl = i64::from(cfg.node_ttl_s);
+    let sent = mono_ms();
     let lease = client
         .lease_grant(ttl, None)
         .await
         .context("lease grant")?
         .id();
+    let fence = &node.cluster.fence;
+    fence.lease_renewed(sent, Duration::from_secs(ttl as u64));
     let prefix = prefix(&cfg.cluster_name);
-    let my_key = format!("{prefix}{}", node.cluster.me.id);
-    let publish = |mut client: Client| {
-        let body = serde_json::to_vec(&record(node));
-        let key = my_key.clone();
-        async move {
-            let body = body.context("encode record")?;
-            client
-                .put(key, body, Some(PutOptions::new().with_lease(lease)))
-                .await
-                .context("put record")?;
-            Ok::<(), anyhow::Error>(())
-        }
-    };
-    publish(client.clone()).await?;
+    let my_key = my_key(node);
+    let sent = mono_ms();
+    register(node, &mut client, &my_key, lease).await?;
+    fence.kept(sent, false);
     let (mut keeper, mut keepalive) = client.lease_keep_alive(lease).await.context("keepalive")?;
 
     let initial = client
@@ -123,9 +135,10 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
     let revision = initial.header().map_or(0, |h| h.revision());
     let mut members: BTreeMap<String, NodeRecord> = BTreeMap::new();
     for kv in initial.kvs() {
-        apply_put(&mut members, kv.value());
+        apply_put(node, &mut members, kv);
     }
-    install(node, &members);
+    let mut takeover = Takeover::default();
+    takeover.changed(node, &members);
     let mut events = client
         .watch(
             prefix.clone(),
@@ -149,6 +162,7 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             _ = renew.tick() => {
+                let sent = mono_ms();
                 tokio::time::timeout(REQUEST_TIMEOUT, keeper.keep_alive())
                     .await
                     .map_err(|_| anyhow!("keepalive timed out"))?
@@ -159,14 +173,17 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
                     .context("keepalive reply")?
                     .ok_or_else(|| anyhow!("keepalive stream ended"))?;
                 if resp.ttl() <= 0 {
+                    fence.revoke();
                     return Err(anyhow!("lease expired; registering again"));
                 }
+                fence.lease_renewed(sent, Duration::from_secs(resp.ttl() as u64));
             }
             _ = usage.tick() => {
-                tokio::time::timeout(REQUEST_TIMEOUT, publish(client.clone()))
+                tokio::time::timeout(REQUEST_TIMEOUT, republish(node, client.clone(), &my_key, lease))
                     .await
                     .map_err(|_| anyhow!("publishing usage timed out"))??;
             }
+            _ = takeover.due() => install(node, &members),
             msg = events.message() => {
                 let resp = msg.context("watch")?.ok_or_else(|| anyhow!("watch ended"))?;
                 if resp.canceled() {
@@ -176,9 +193,13 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     match ev.event_type() {
-                        EventType::Put => changed |= apply_put(&mut members, kv.value()),
+                        EventType::Put => changed |= apply_put(node, &mut members, kv),
                         EventType::Delete => {
                             let key = String::from_utf8_lossy(kv.key());
+                            if key == my_key {
+                                fence.revoke();
+                                return Err(anyhow!("this node's record was deleted (its peers found it unreachable, or its lease ran out)"));
+                            }
                             if let Some(id) = key.strip_prefix(&prefix) {
                                 changed |= members.remove(id).is_some();
                             }
@@ -186,17 +207,120 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
                     }
                 }
                 if changed {
-                    install(node, &members);
+                    takeover.changed(node, &members);
                 }
             }
         }
     }
 }
 
+/// A ring that drops a member is installed only [`Fence::takeover_wait`]
+/// after its record was seen gone (the member may still be serving on its
+/// last proof until then); joins and updates are installed at once, unless
+/// a removal is waiting, which they then join.
+///
+/// [`Fence::takeover_wait`]: crate::cluster::fence::Fence::takeover_wait
+#[derive(Default)]
+struct Takeover {
+    at: Option<tokio::time::Instant>,
+}
+
+impl Takeover {
+    fn changed(&mut self, node: &Arc<Node>, members: &BTreeMap<String, NodeRecord>) {
+        let ring = node.cluster.ring();
+        let drops = ring.nodes().iter().any(|n| !members.contains_key(&n.id));
+        if drops && self.at.is_none() {
+            let wait = node.cluster.fence.takeover_wait();
+            tracing::info!(
+                wait_ms = wait.as_millis() as u64,
+                "a member left; taking over its slots after the fence window"
+            );
+            self.at = Some(tokio::time::Instant::now() + wait);
+        }
+        if self.at.is_none() {
+            install(node, members);
+        }
+    }
+
+    /// Resolves when a waiting takeover is due (never while none waits).
+    async fn due(&mut self) {
+        match self.at {
+            Some(at) => {
+                tokio::time::sleep_until(at).await;
+                self.at = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A node whose record was deleted while it was away (its lease ran out,
+/// or its peers found it unreachable) may hold copies that others have
+/// since overwritten while they served its slots: it drops them all before
+/// registering again (the replicas keep what was acknowledged). A record
+/// still there (an etcd outage its lease outlived) keeps them.
+async fn drop_copies_if_replaced(node: &Node, client: &mut Client) -> anyhow::Result<()> {
+    let mine = node.cluster.my_revision.load(Relaxed);
+    if mine == 0 {
+        return Ok(());
+    }
+    let found = client
+        .get(my_key(node), None)
+        .await
+        .context("read own record")?;
+    if found.kvs().first().map(|kv| kv.create_revision()) == Some(mine) {
+        return Ok(());
+    }
+    let keys = node.store.stats().keys;
+    node.store.flush(crate::clock::now_ms());
+    node.cluster.my_revision.store(0, Relaxed);
+    tracing::warn!(
+        dropped_keys = keys,
+        "this node's record was deleted while it was away; its copies may be stale and were dropped"
+    );
+    Ok(())
+}
+
+/// Puts this node's record under `lease` and learns its create revision.
+async fn register(node: &Node, client: &mut Client, key: &str, lease: i64) -> anyhow::Result<()> {
+    let body = serde_json::to_vec(&record(node)).context("encode record")?;
+    client
+        .put(key, body, Some(PutOptions::new().with_lease(lease)))
+        .await
+        .context("put record")?;
+    let got = client.get(key, None).await.context("read own record")?;
+    let rev = got
+        .kvs()
+        .first()
+        .map(|kv| kv.create_revision())
+        .ok_or_else(|| anyhow!("own record vanished after its put"))?;
+    node.cluster.my_revision.store(rev, Relaxed);
+    Ok(())
+}
+
+/// Re-publishes usage figures, only over this node's own record (a
+/// deleted one is not brought back: the node registers anew).
+async fn republish(node: &Node, mut client: Client, key: &str, lease: i64) -> anyhow::Result<()> {
+    let body = serde_json::to_vec(&record(node)).context("encode record")?;
+    let mine = node.cluster.my_revision.load(Relaxed);
+    let txn = Txn::new()
+        .when(vec![Compare::create_revision(key, CompareOp::Equal, mine)])
+        .and_then(vec![TxnOp::put(
+            key,
+            body,
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    if !client.txn(txn).await.context("put record")?.succeeded() {
+        node.cluster.fence.revoke();
+        return Err(anyhow!("this node's record was deleted; registering again"));
+    }
+    Ok(())
+}
+
 /// Adds or updates a member; returns whether placement-relevant fields
 /// changed (usage updates alone do not rebuild the ring).
-fn apply_put(members: &mut BTreeMap<String, NodeRecord>, value: &[u8]) -> bool {
-    let rec: NodeRecord = match serde_json::from_slice(value) {
+fn apply_put(node: &Node, members: &mut BTreeMap<String, NodeRecord>, kv: &KeyValue) -> bool {
+    let rec: NodeRecord = match serde_json::from_slice(kv.value()) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("ignoring an unreadable node record: {e}");
@@ -218,6 +342,10 @@ fn apply_put(members: &mut BTreeMap<String, NodeRecord>, value: &[u8]) -> bool {
             rec.incarnation,
         )
     });
+    node.cluster
+        .member_revisions
+        .lock()
+        .insert(rec.id.clone(), kv.mod_revision());
     members.insert(rec.id.clone(), rec);
     placement_changed
 }
@@ -244,6 +372,8 @@ fn install(node: &Arc<Node>, members: &BTreeMap<String, NodeRecord>) {
 /// shutdown); bounded in time, best effort.
 pub async fn leave(node: &Node) {
     let cfg = &node.cfg;
+    // Others take over once they see the record gone: stop first.
+    node.cluster.fence.revoke();
     let key = format!("{}{}", prefix(&cfg.cluster_name), node.cluster.me.id);
     let attempt = async {
         let mut client = Client::connect(&cfg.metadata_server, None).await?;

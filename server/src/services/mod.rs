@@ -7,6 +7,8 @@
 //! (`crate::cluster`), and never calls into them; commands and the
 //! process's start-up do.
 
+pub mod detector;
+pub mod heartbeat;
 pub mod membership;
 pub mod repair;
 pub mod replicate;

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use strata_proto::{CommandError, ErrorCode, Reply};
 use strata_rdma::Transport;
 use strata_ring::{key_slot, NodeRecord};
 use strata_tiering::Value;
@@ -122,8 +123,9 @@ pub async fn push(
     ok
 }
 
-/// Pushes a client's acknowledged write of `key` to its replicas and records
-/// how many copies it has (`wanted` asked, the local one included).
+/// Pushes a client's write of `key` to its replicas and records how many
+/// copies it has (`wanted` asked, the local one included); whether every
+/// replica took it.
 pub async fn push_write(
     node: &Arc<Node>,
     key: Bytes,
@@ -131,11 +133,34 @@ pub async fn push_write(
     expire_at_ms: Option<u64>,
     targets: Vec<NodeRecord>,
     wanted: usize,
-) {
+) -> bool {
+    let asked = targets.len();
     let ok = push(node, key.clone(), value, expire_at_ms, targets).await;
     node.cluster
         .under_replicated
         .note_write(&key, wanted, 1 + ok);
+    ok == asked
+}
+
+/// The answer to a client's write once its copies were pushed: `ok` with
+/// every copy made and this node still serving its slots; else why the
+/// write is not acknowledged (it may be stored: a retry is safe).
+pub fn write_reply(node: &Node, all_copies: bool, ok: Reply) -> Reply {
+    if let Err(e) = node.cluster.check_fence() {
+        return e.into();
+    }
+    if !all_copies {
+        node.metrics
+            .counters
+            .writes_short_of_copies_total
+            .fetch_add(1, Relaxed);
+        return CommandError::new(
+            ErrorCode::NoReplicas,
+            "stored here but not on every replica (one is unreachable); not acknowledged, retry",
+        )
+        .into();
+    }
+    ok
 }
 
 /// Forwards a delete or TTL change to `targets`; best effort (repair and
