@@ -28,6 +28,8 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
 command -v curl >/dev/null || pkgs+=(curl)
 # ss: the congestion-control test reads every connection's control.
 command -v ss >/dev/null || pkgs+=(iproute2)
+# iptables: the network bed's faults (tests/bed/faults.py).
+command -v iptables >/dev/null || pkgs+=(iptables)
 # SGLang JIT-builds a small C++ extension in the engine tests.
 command -v g++ >/dev/null || pkgs+=(g++)
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -102,6 +104,15 @@ step "network bed: the documented multi-host cluster across namespaces (tests/be
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 $SUDO env STRATA_SERVER="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTHON="$VENV/bin/python" \
   bash tests/bed/cluster.sh
+
+# --- 4b3. Faults of a real network on the bed, with a Jepsen-style checker ------
+# One node at a time cut off from etcd and its peers (clients still reach
+# it), isolated, losing a fifth of its packets, kill -9'ed and restarted,
+# while two clients on other hosts write and read; every operation is
+# checked: no acknowledged write lost, no stale read (tests/bed/faults.py).
+step "network bed: faults (cut, isolate, loss, kill -9) with a linearizability check (tests/bed/faults.py)"
+$SUDO env STRATA_SERVER_BIN="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTHON="$VENV/bin/python" \
+  "$VENV/bin/python" tests/bed/faults.py
 
 # --- 4c. The engine adapters, driven by the engines themselves ----------------
 # LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)

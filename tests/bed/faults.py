@@ -30,8 +30,10 @@ the end of the next acknowledged one) and fails on any violation.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -172,13 +174,13 @@ def main() -> None:
         for r in range(a.rounds):
             for i, fault in enumerate(FAULTS):
                 node = NODES[(r * len(FAULTS) + i) % len(NODES)]
-                start = time.monotonic()
+                start, wall = time.monotonic(), time.time()
                 inject(bed, fault, node)
                 print(f"faults: {fault} {node}", flush=True)
                 time.sleep(FAULT_S)
                 end = time.monotonic()
                 recover(bed, fault, node)
-                faults.append({"fault": fault, "node": node, "start": start, "end": end})
+                faults.append({"fault": fault, "node": node, "start": start, "end": end, "wall": wall})
                 bed.wait_ring(3)
                 time.sleep(SETTLE_S)
         bed.wait_replicated()
@@ -189,6 +191,8 @@ def main() -> None:
         ops = [o for host in WORKERS for o in load(work / f"ops-{host}.jsonl")]
         result = check(ops, faults)
         result["events"] = events(work)
+        for o in result["outages"]:
+            o["takeover_s"] = takeover_s(work, o)
     except BaseException:
         print(bed.logs(), file=sys.stderr)
         raise
@@ -214,13 +218,38 @@ def events(work: Path) -> list:
     return out
 
 
+def log_time(line: str) -> float:
+    """The Unix time of a node log line (tracing's RFC 3339 UTC stamp)."""
+    m = re.search(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z", line)
+    return dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.timezone.utc).timestamp() if m else 0.0
+
+
+def takeover_s(work: Path, fault: dict):
+    """Seconds from the fault until every other node ran a ring without the
+    faulted one (None: it was never dropped)."""
+    gone = f"{os.environ.get('NETBED_PREFIX', 'sbed-')}{fault['node']}"
+    worst = 0.0
+    for n in NODES:
+        if n == fault["node"]:
+            continue
+        text = (work / f"{n}.log").read_text(errors="replace")
+        times = [log_time(l) for l in text.splitlines() if "ring changed" in l and gone not in l]
+        after = [t for t in times if t > fault["wall"]]
+        if not after or after[0] > fault["wall"] + FAULT_S:
+            return None
+        worst = max(worst, after[0] - fault["wall"])
+    return round(worst, 3)
+
+
 def report(result: dict) -> None:
     for e in result["events"]:
         print(f"faults: event {e}")
     print(f"faults: {result['acked_writes']} writes acknowledged, {result['failed_writes']} failed "
           f"or unacknowledged, {result['reads']} reads")
     for o in result["outages"]:
-        print(f"faults: {o['fault']:8s} {o['node']}: longest write outage {o['longest_write_outage_s']:.3f} s")
+        took = "not dropped" if o["takeover_s"] is None else f"dropped from every ring after {o['takeover_s']:.3f} s"
+        print(f"faults: {o['fault']:8s} {o['node']}: {took}; longest write outage seen by a client "
+              f"{o['longest_write_outage_s']:.3f} s")
     bad = {k: result[k] for k in ("lost", "stale", "phantom", "missing") if result[k]}
     for kind, items in bad.items():
         print(f"faults: FAIL: {len(items)} {kind}: {items[:5]}", file=sys.stderr)

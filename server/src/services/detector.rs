@@ -49,6 +49,10 @@ pub async fn run(node: Arc<Node>) {
         tick.tick().await;
         let others = others(&node);
         health.retain(|id, _| others.iter().any(|n| &n.id == id));
+        node.cluster
+            .suspects
+            .lock()
+            .retain(|id| others.iter().any(|n| &n.id == id));
         let answers =
             futures::future::join_all(others.iter().map(|n| ping(&peers, &n.resp_addr, patience)))
                 .await;
