@@ -90,7 +90,7 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
         .with_keep_alive(Duration::from_secs(2), REQUEST_TIMEOUT);
-    let mut client = Client::connect(&cfg.metadata_server, Some(opts))
+    let mut client = super::etcd_conn::connect(cfg, opts)
         .await
         .context("connect")?;
     let ttl = i64::from(cfg.node_ttl_s);
@@ -246,7 +246,7 @@ pub async fn leave(node: &Node) {
     let cfg = &node.cfg;
     let key = format!("{}{}", prefix(&cfg.cluster_name), node.cluster.me.id);
     let attempt = async {
-        let mut client = Client::connect(&cfg.metadata_server, None).await?;
+        let mut client = super::etcd_conn::connect(cfg, ConnectOptions::new()).await?;
         client.delete(key, None).await?;
         Ok::<(), etcd_client::Error>(())
     };

@@ -7,6 +7,7 @@
 //! (`crate::cluster`), and never calls into them; commands and the
 //! process's start-up do.
 
+pub mod etcd_conn;
 pub mod membership;
 pub mod repair;
 pub mod replicate;
