@@ -217,6 +217,18 @@ struct Args {
     /// such as cubic (the client's `tcp_congestion`; default: auto).
     #[arg(long)]
     tcp_congestion: Option<String>,
+    /// Talk TLS to the nodes' RESP ports (their tls_port), trusting this
+    /// PEM CA (the client's `tls`).
+    #[arg(long)]
+    tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate for nodes that ask for one (with --tls-key-file).
+    #[arg(long, requires = "tls_ca_file")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    tls_key_file: Option<std::path::PathBuf>,
+    /// The name the nodes' certificates carry [default: each node's host].
+    #[arg(long, requires = "tls_ca_file")]
+    tls_server_name: Option<String>,
 }
 
 /// Everything a phase needs, shared by its tasks.
@@ -437,6 +449,15 @@ fn new_plan(
     client.spin_us = args.spin_us;
     client.stream_spin_us = args.stream_spin_us;
     client.echo_spin_us = args.echo_spin_us;
+    client.tls = args
+        .tls_ca_file
+        .clone()
+        .map(|ca_file| strata_client::TlsOptions {
+            ca_file,
+            cert_file: args.tls_cert_file.clone(),
+            key_file: args.tls_key_file.clone(),
+            server_name: args.tls_server_name.clone(),
+        });
     Plan {
         client,
         api,

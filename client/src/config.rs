@@ -2,6 +2,7 @@
 //! the settings, their defaults, and the measured reasons for them.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use strata_rdma::Protocol;
@@ -128,6 +129,24 @@ pub struct ClientConfig {
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     /// [`DEFAULT_ECHO_SPIN_US`]: crate::DEFAULT_ECHO_SPIN_US
     pub echo_spin_us: u64,
+    /// Talk TLS to the nodes' RESP ports (their `tls_port`); `None`:
+    /// plain TCP. Seeds and the addresses nodes advertise must then be
+    /// TLS ports (a TLS cluster, `tls_cluster yes`, advertises them).
+    pub tls: Option<TlsOptions>,
+}
+
+/// How the client speaks TLS to the nodes.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// PEM CA certificates that sign the nodes' certificates.
+    pub ca_file: PathBuf,
+    /// PEM client certificate and its key, for nodes that ask for one
+    /// (`tls_auth_clients yes` or `optional`).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// The name the nodes' certificates must carry; `None`: the host of
+    /// each node's address (an IP address or a DNS name).
+    pub server_name: Option<String>,
 }
 
 /// See [`ClientConfig::inline_get_max`]. Over the TCP data plane a read's
@@ -190,6 +209,7 @@ impl ClientConfig {
             spin_us: 0,
             stream_spin_us: crate::DEFAULT_STREAM_SPIN_US,
             echo_spin_us: crate::DEFAULT_ECHO_SPIN_US,
+            tls: None,
         }
     }
 }

@@ -11,11 +11,13 @@
 //! value comes back inline), not through the read buffer.
 
 use std::io::{IoSlice, IoSliceMut};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::types::BytesFrame;
+use strata_rdma::tls::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -112,8 +114,46 @@ enum Head {
     Other,
 }
 
+/// `ClientConfig::tls`, loaded once per client.
+#[derive(Debug)]
+pub(crate) struct Tls {
+    config: Arc<strata_rdma::tls::ClientConfig>,
+    server_name: Option<String>,
+}
+
+fn pem<'a>(what: &'static str, path: &'a std::path::Path) -> strata_rdma::tls::PemFile<'a> {
+    strata_rdma::tls::PemFile { what, path }
+}
+
+impl Tls {
+    pub(crate) fn load(opts: &crate::TlsOptions) -> Result<Self> {
+        use strata_rdma::tls::ClientFiles;
+        let identity = match (&opts.cert_file, &opts.key_file) {
+            (Some(c), Some(k)) => Some((pem("tls cert_file", c), pem("tls key_file", k))),
+            (None, None) => None,
+            _ => return Err(Error::Invalid("tls: cert_file and key_file go together")),
+        };
+        let files = ClientFiles {
+            ca: pem("tls ca_file", &opts.ca_file),
+            identity,
+        };
+        let config = strata_rdma::tls::client_config(files)
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        Ok(Self {
+            config,
+            server_name: opts.server_name.clone(),
+        })
+    }
+
+    async fn handshake(&self, addr: &str, sock: TcpStream, timeout: Duration) -> Result<Stream> {
+        let name = strata_rdma::tls::server_name(self.server_name.as_deref().unwrap_or(addr))?;
+        Ok(strata_rdma::tls::connect(&self.config, name, sock, timeout).await?)
+    }
+}
+
 pub(crate) struct Conn {
-    stream: TcpStream,
+    /// Plain TCP, or TLS (`ClientConfig::tls`).
+    stream: Stream,
     rbuf: BytesMut,
     wbuf: BytesMut,
     /// Bytes read past a placed payload, before they join `rbuf`.
@@ -135,6 +175,7 @@ impl Conn {
         addr: &str,
         timeout: Duration,
         congestion: Option<&str>,
+        tls: Option<&Tls>,
     ) -> Result<Self> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
@@ -143,6 +184,10 @@ impl Conn {
         if let Some(name) = congestion {
             strata_rdma::sockopt::set_congestion(&stream, name)?;
         }
+        let stream = match tls {
+            Some(tls) => tls.handshake(addr, stream, timeout).await?,
+            None => Stream::Plain(stream),
+        };
         Ok(Self {
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
@@ -229,7 +274,9 @@ impl Conn {
             }
         }
         if direct.is_empty() {
-            return self.stream.write_all(&self.wbuf).await;
+            self.stream.write_all(&self.wbuf).await?;
+            // TLS holds back what the socket did not take; TCP: no-op.
+            return self.stream.flush().await;
         }
         let mut slices = Vec::with_capacity(2 * direct.len() + 1);
         let mut from = 0;
@@ -239,7 +286,8 @@ impl Conn {
             from = at;
         }
         slices.push(IoSlice::new(&self.wbuf[from..]));
-        write_all_vectored(&mut self.stream, &mut slices).await
+        write_all_vectored(&mut self.stream, &mut slices).await?;
+        self.stream.flush().await
     }
 
     /// Reads the next reply; error replies come back as `Err`.
@@ -331,10 +379,21 @@ impl Conn {
     /// One `readv` into `dst` and, past it, the spill buffer (whose bytes
     /// join `rbuf`); returns how many bytes went into `dst`.
     async fn read_payload(&mut self, dst: &mut [u8]) -> Result<usize> {
+        let stream = match &mut self.stream {
+            Stream::Plain(s) => s,
+            // Decrypted straight into `dst`; nothing past it is read.
+            tls => {
+                let n = tls.read(dst).await?;
+                if n == 0 {
+                    return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                return Ok(n);
+            }
+        };
         loop {
-            self.stream.readable().await?;
+            stream.readable().await?;
             let mut bufs = [IoSliceMut::new(dst), IoSliceMut::new(&mut self.spill)];
-            match self.stream.try_read_vectored(&mut bufs) {
+            match stream.try_read_vectored(&mut bufs) {
                 Ok(0) => return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into())),
                 Ok(n) => {
                     let placed = n.min(dst.len());
@@ -482,7 +541,7 @@ const IOV_MAX: usize = 1024;
 
 /// `write_all` over several buffers: `writev` until every byte is out.
 async fn write_all_vectored(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     mut slices: &mut [IoSlice<'_>],
 ) -> std::io::Result<()> {
     while !slices.is_empty() {
@@ -656,7 +715,7 @@ mod tests {
                 let _ = peer.read_to_end(&mut rest).await;
             }
         });
-        Conn::connect(&addr, Duration::from_secs(10), None)
+        Conn::connect(&addr, Duration::from_secs(10), None, None)
             .await
             .expect("connect")
     }

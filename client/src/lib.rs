@@ -46,7 +46,7 @@ mod spin;
 pub use buffer::Buffer;
 pub use client::{Client, BATCH_MAX};
 pub use config::{
-    ClientConfig, BATCH_INLINE_GET_MAX, DEFAULT_INLINE_GET_MAX, DEFAULT_INLINE_PUT_MAX,
+    ClientConfig, TlsOptions, BATCH_INLINE_GET_MAX, DEFAULT_INLINE_GET_MAX, DEFAULT_INLINE_PUT_MAX,
     DEFAULT_SPLIT_GET_MIN, ONE_SIDED_INLINE_GET_MAX,
 };
 pub use error::{Error, Result};

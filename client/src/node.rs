@@ -54,6 +54,8 @@ pub(crate) struct Node {
     cma_logged: AtomicBool,
     /// Congestion control of the command connection (`None`: the host's).
     tcp_congestion: Option<String>,
+    /// TLS to this node's RESP port (`ClientConfig::tls`).
+    tls: Option<Arc<crate::conn::Tls>>,
     /// `ClientConfig::spin_us`, `stream_spin_us`, `echo_spin_us`.
     windows: Windows,
 }
@@ -64,6 +66,7 @@ impl Node {
         io_timeout: Duration,
         connect_timeout: Duration,
         cma_local: Option<Arc<Local>>,
+        tls: Option<Arc<crate::conn::Tls>>,
         tcp_congestion: Option<String>,
         windows: Windows,
     ) -> Self {
@@ -79,6 +82,7 @@ impl Node {
             cma_put_refused: AtomicBool::new(false),
             cma_logged: AtomicBool::new(false),
             tcp_congestion,
+            tls,
             windows,
         }
     }
@@ -193,8 +197,12 @@ impl Node {
         let conn = match slot.take() {
             Some(conn) if !conn.is_poisoned() => slot.insert(conn),
             _ => {
-                let connect =
-                    Conn::connect(&self.addr, self.io_timeout, self.tcp_congestion.as_deref());
+                let connect = Conn::connect(
+                    &self.addr,
+                    self.io_timeout,
+                    self.tcp_congestion.as_deref(),
+                    self.tls.as_deref(),
+                );
                 let conn = tokio::time::timeout(self.connect_timeout, connect)
                     .await
                     .map_err(|_| {

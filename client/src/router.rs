@@ -48,6 +48,8 @@ pub(crate) struct Router {
     refreshing: tokio::sync::Mutex<Option<Instant>>,
     /// This process's side of cross-memory attach (`ClientConfig::cma`).
     pub(crate) cma: Option<Arc<crate::cma::Local>>,
+    /// `ClientConfig::tls`, loaded.
+    tls: Option<Arc<crate::conn::Tls>>,
 }
 
 impl Router {
@@ -59,7 +61,9 @@ impl Router {
             .first()
             .ok_or(Error::Invalid("no seed address"))?
             .clone();
+        let tls = cfg.tls.as_ref().map(crate::conn::Tls::load).transpose()?;
         let router = Arc::new(Self {
+            tls: tls.map(Arc::new),
             map: RwLock::new(Snapshot {
                 map: Arc::new(SlotMap::single(&first, true)),
                 generation: 0,
@@ -155,6 +159,7 @@ impl Router {
             io_timeout,
             connect_timeout,
             self.cma.clone(),
+            self.tls.clone(),
             self.cfg.tcp_congestion.clone(),
             crate::spin::Windows::of(&self.cfg),
         ));

@@ -20,6 +20,7 @@ mod region;
 pub mod sockopt;
 pub mod spin;
 pub mod tcp;
+pub mod tls;
 mod transport;
 #[cfg(feature = "rdma")]
 pub mod verbs;

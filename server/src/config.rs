@@ -37,7 +37,22 @@ impl RawValue {
 /// not silently leave a default in place.
 const KEYS: &[(&str, &str)] = &[
     ("bind", "address the RESP and metrics listeners bind to"),
-    ("port", "RESP port"),
+    ("port", "RESP port (0 = no plaintext port; needs tls_port)"),
+    ("tls_port", "RESP port that speaks TLS (0 = off)"),
+    ("tls_cert_file", "PEM certificate (chain) of the TLS port, also this node's client certificate towards peers"),
+    ("tls_key_file", "PEM private key of tls_cert_file"),
+    (
+        "tls_ca_cert_file",
+        "PEM CA certificates that sign client and peer certificates",
+    ),
+    (
+        "tls_auth_clients",
+        "client certificates on the TLS port: yes, no or optional (default yes with a CA, else no)",
+    ),
+    (
+        "tls_cluster",
+        "node-to-node calls over TLS, and the TLS port advertised to clients (yes or no; default yes when port is 0)",
+    ),
     (
         "metrics_port",
         "HTTP port for /metrics and /health (0 = off; default port + 2000)",
@@ -78,6 +93,11 @@ const KEYS: &[(&str, &str)] = &[
         "metadata_server",
         "cluster membership service (empty = standalone)",
     ),
+    ("etcd_ca_cert_file", "PEM CA that signs etcd's certificate (set: etcd over TLS)"),
+    ("etcd_cert_file", "PEM client certificate for etcd"),
+    ("etcd_key_file", "PEM private key of etcd_cert_file"),
+    ("etcd_user", "etcd user (empty = no etcd authentication)"),
+    ("etcd_password", "password of etcd_user (prefer STRATA_ETCD_PASSWORD)"),
     (
         "ssd_path",
         "directory of the NVMe tier's block files (empty = a temporary directory, removed at exit)",
@@ -165,6 +185,24 @@ pub struct Cli {
     /// RESP port [default: 7379]; unset data and metrics ports follow it.
     #[arg(long, env = "STRATA_PORT")]
     port: Option<String>,
+    /// RESP port that speaks TLS; 0 = off [default: 0].
+    #[arg(long, env = "STRATA_TLS_PORT")]
+    tls_port: Option<String>,
+    /// PEM certificate (chain) of the TLS port.
+    #[arg(long, env = "STRATA_TLS_CERT_FILE")]
+    tls_cert_file: Option<String>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, env = "STRATA_TLS_KEY_FILE")]
+    tls_key_file: Option<String>,
+    /// PEM CA certificates that sign client and peer certificates.
+    #[arg(long, env = "STRATA_TLS_CA_CERT_FILE")]
+    tls_ca_cert_file: Option<String>,
+    /// Client certificates: yes, no or optional [default: yes with a CA, else no].
+    #[arg(long, env = "STRATA_TLS_AUTH_CLIENTS")]
+    tls_auth_clients: Option<String>,
+    /// Node-to-node calls over TLS, TLS port advertised [default: yes when port is 0, else no].
+    #[arg(long, env = "STRATA_TLS_CLUSTER")]
+    tls_cluster: Option<String>,
     /// HTTP port of /metrics and /health; 0 disables [default: port + 2000].
     #[arg(long, env = "STRATA_METRICS_PORT")]
     metrics_port: Option<String>,
@@ -213,6 +251,21 @@ pub struct Cli {
     /// etcd://host:port[,host:port] for a cluster; empty = standalone.
     #[arg(long, env = "STRATA_METADATA_SERVER")]
     metadata_server: Option<String>,
+    /// PEM CA of etcd's certificate; set = etcd over TLS.
+    #[arg(long, env = "STRATA_ETCD_CA_CERT_FILE")]
+    etcd_ca_cert_file: Option<String>,
+    /// PEM client certificate for etcd.
+    #[arg(long, env = "STRATA_ETCD_CERT_FILE")]
+    etcd_cert_file: Option<String>,
+    /// PEM private key of --etcd-cert-file.
+    #[arg(long, env = "STRATA_ETCD_KEY_FILE")]
+    etcd_key_file: Option<String>,
+    /// etcd user; empty = no etcd authentication.
+    #[arg(long, env = "STRATA_ETCD_USER")]
+    etcd_user: Option<String>,
+    /// Password of --etcd-user (prefer the environment).
+    #[arg(long, env = "STRATA_ETCD_PASSWORD", hide_env_values = true)]
+    etcd_password: Option<String>,
     /// Nodes register under /strata/<cluster_name>/nodes/ [default: default].
     #[arg(long, env = "STRATA_CLUSTER_NAME")]
     cluster_name: Option<String>,
@@ -298,6 +351,12 @@ impl Cli {
         vec![
             ("bind", self.bind.as_ref()),
             ("port", self.port.as_ref()),
+            ("tls_port", self.tls_port.as_ref()),
+            ("tls_cert_file", self.tls_cert_file.as_ref()),
+            ("tls_key_file", self.tls_key_file.as_ref()),
+            ("tls_ca_cert_file", self.tls_ca_cert_file.as_ref()),
+            ("tls_auth_clients", self.tls_auth_clients.as_ref()),
+            ("tls_cluster", self.tls_cluster.as_ref()),
             ("metrics_port", self.metrics_port.as_ref()),
             ("data_port", self.data_port.as_ref()),
             ("lease_ttl_ms", self.lease_ttl_ms.as_ref()),
@@ -320,6 +379,11 @@ impl Cli {
             ),
             ("requirepass", self.requirepass.as_ref()),
             ("metadata_server", self.metadata_server.as_ref()),
+            ("etcd_ca_cert_file", self.etcd_ca_cert_file.as_ref()),
+            ("etcd_cert_file", self.etcd_cert_file.as_ref()),
+            ("etcd_key_file", self.etcd_key_file.as_ref()),
+            ("etcd_user", self.etcd_user.as_ref()),
+            ("etcd_password", self.etcd_password.as_ref()),
             ("cluster_name", self.cluster_name.as_ref()),
             ("node_id", self.node_id.as_ref()),
             ("advertise_host", self.advertise_host.as_ref()),
@@ -360,7 +424,21 @@ impl Cli {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Config {
     pub bind: IpAddr,
+    /// 0: no plaintext RESP port (then `tls_port` is set).
     pub port: u16,
+    /// 0: no TLS port. See `crate::tls`.
+    pub tls_port: u16,
+    /// Empty unless `tls_port` or `tls_cluster` is set.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    /// Empty: clients are not asked for certificates, and with no CA to
+    /// check peers by, `tls_cluster` cannot be on.
+    pub tls_ca_cert_file: String,
+    /// `yes`, `no` or `optional` (resolved at load: never empty).
+    pub tls_auth_clients: String,
+    /// Peers are called over TLS on their TLS port, which is the RESP
+    /// address this node advertises (in etcd, `CLUSTER SLOTS`, `-MOVED`).
+    pub tls_cluster: bool,
     pub metrics_port: u16,
     pub data_port: u16,
     pub lease_ttl_ms: u64,
@@ -381,8 +459,16 @@ pub struct Config {
     pub eviction_high_watermark: f64,
     #[serde(serialize_with = "redact")]
     pub requirepass: Option<String>,
-    /// etcd endpoints (`http://host:port`); empty when standalone.
+    /// etcd endpoints (`http://host:port`, `https://` with
+    /// `etcd_ca_cert_file`); empty when standalone.
     pub metadata_server: Vec<String>,
+    /// See `crate::services::etcd_conn`.
+    pub etcd_ca_cert_file: String,
+    pub etcd_cert_file: String,
+    pub etcd_key_file: String,
+    pub etcd_user: String,
+    #[serde(serialize_with = "redact")]
+    pub etcd_password: Option<String>,
     pub cluster_name: String,
     pub node_id: String,
     pub advertise_host: String,
@@ -432,6 +518,10 @@ pub struct Config {
     pub log_level: String,
 }
 
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}
+
 fn redact<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(if v.is_some() { "<set>" } else { "" })
 }
@@ -471,6 +561,12 @@ impl Default for Config {
         Config {
             bind: IpAddr::from([127, 0, 0, 1]),
             port: 7379,
+            tls_port: 0,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_ca_cert_file: String::new(),
+            tls_auth_clients: String::new(),
+            tls_cluster: false,
             metrics_port: 9379,
             data_port: 7380,
             lease_ttl_ms: 5_000,
@@ -487,6 +583,11 @@ impl Default for Config {
             eviction_high_watermark: 0.95,
             requirepass: None,
             metadata_server: Vec::new(),
+            etcd_ca_cert_file: String::new(),
+            etcd_cert_file: String::new(),
+            etcd_key_file: String::new(),
+            etcd_user: String::new(),
+            etcd_password: None,
             cluster_name: "default".into(),
             node_id: String::new(),
             advertise_host: String::new(),
@@ -569,12 +670,15 @@ pub fn load(cli: &Cli) -> Result<Config, String> {
 /// each of several nodes on one machine: data plane `N + 1`, metrics
 /// `N + 2000` (the defaults 7380 and 9379 for 7379).
 fn follow_port(cfg: &mut Config, data_set: bool, metrics_set: bool) -> Result<(), String> {
+    // With the plaintext port off, the TLS port is the one they follow.
+    let base = if cfg.port == 0 {
+        cfg.tls_port
+    } else {
+        cfg.port
+    };
     let derive = |offset: u32, key: &str| -> Result<u16, String> {
-        u16::try_from(u32::from(cfg.port) + offset).map_err(|_| {
-            format!(
-                "{key}: port {} + {offset} is past 65535; set {key} explicitly",
-                cfg.port
-            )
+        u16::try_from(u32::from(base) + offset).map_err(|_| {
+            format!("{key}: port {base} + {offset} is past 65535; set {key} explicitly")
         })
     };
     if !data_set {
@@ -614,6 +718,7 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
         }
     }
     let set = |name: &str| raw.iter().any(|(k, _)| k == name);
+    crate::tls::resolve(&mut cfg, set("tls_cluster"), &mut errors);
     if let Err(e) = follow_port(&mut cfg, set("data_port"), set("metrics_port")) {
         errors.push(e);
     }
@@ -631,9 +736,13 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
             show_size(cfg.max_request_size)
         ));
     }
-    if cfg.data_port != 0 && (cfg.data_port == cfg.port || cfg.data_port == cfg.metrics_port) {
+    if cfg.data_port != 0
+        && (cfg.data_port == cfg.port
+            || cfg.data_port == cfg.metrics_port
+            || cfg.data_port == cfg.tls_port)
+    {
         errors.push(format!(
-            "data_port: {} is already used by port or metrics_port; use another port or 0",
+            "data_port: {} is already used by port, tls_port or metrics_port; use another port or 0",
             cfg.data_port
         ));
     }
@@ -658,7 +767,15 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
             cfg.metrics_port
         ));
     }
+    if cfg.metrics_port != 0 && cfg.metrics_port == cfg.tls_port {
+        errors.push(format!(
+            "metrics_port: {} is the same as tls_port; use another port or 0 to disable",
+            cfg.metrics_port
+        ));
+    }
     if errors.is_empty() {
+        crate::tls::check_files(&cfg)?;
+        crate::services::etcd_conn::check(&cfg)?;
         cfg.fill_derived();
         reachable_off_host(&cfg)?;
         Ok(cfg)
@@ -806,6 +923,13 @@ fn name(v: &str, allow_empty: bool) -> Result<String, String> {
     Ok(v.into())
 }
 
+fn path(v: &str) -> Result<String, String> {
+    if v.contains('\0') {
+        return Err("contains a NUL byte".into());
+    }
+    Ok(v.into())
+}
+
 fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
     match key {
         "bind" => {
@@ -814,7 +938,28 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
                 .parse()
                 .map_err(|_| format!("{v:?} is not an IP address (e.g. 127.0.0.1 or 0.0.0.0)"))?
         }
-        "port" => cfg.port = int_in(v, 1, 65535)? as u16,
+        "port" => cfg.port = int_in(v, 0, 65535)? as u16,
+        "tls_port" => cfg.tls_port = int_in(v, 0, 65535)? as u16,
+        "tls_cert_file" => cfg.tls_cert_file = path(v)?,
+        "tls_key_file" => cfg.tls_key_file = path(v)?,
+        "tls_ca_cert_file" => cfg.tls_ca_cert_file = path(v)?,
+        "tls_auth_clients" => {
+            if !["yes", "no", "optional"].contains(&v) {
+                return Err(format!("{v:?} is not allowed (yes, no or optional)"));
+            }
+            cfg.tls_auth_clients = v.into();
+        }
+        "tls_cluster" => cfg.tls_cluster = boolean(v)?,
+        "etcd_ca_cert_file" => cfg.etcd_ca_cert_file = path(v)?,
+        "etcd_cert_file" => cfg.etcd_cert_file = path(v)?,
+        "etcd_key_file" => cfg.etcd_key_file = path(v)?,
+        "etcd_user" => cfg.etcd_user = name(v, true)?,
+        "etcd_password" => {
+            if v.len() > 512 {
+                return Err("longer than 512 bytes".into());
+            }
+            cfg.etcd_password = (!v.is_empty()).then(|| v.to_string());
+        }
         "metrics_port" => cfg.metrics_port = int_in(v, 0, 65535)? as u16,
         "data_port" => cfg.data_port = int_in(v, 0, 65535)? as u16,
         "lease_ttl_ms" => cfg.lease_ttl_ms = int_in(v, MIN_LEASE_MS, MAX_LEASE_MS)?,
@@ -961,6 +1106,13 @@ impl Config {
         vec![
             ("bind", self.bind.to_string()),
             ("port", self.port.to_string()),
+            ("tls_port", self.tls_port.to_string()),
+            ("tls-port", self.tls_port.to_string()),
+            ("tls_cert_file", self.tls_cert_file.clone()),
+            ("tls_key_file", self.tls_key_file.clone()),
+            ("tls_ca_cert_file", self.tls_ca_cert_file.clone()),
+            ("tls_auth_clients", self.tls_auth_clients.clone()),
+            ("tls_cluster", yes_no(self.tls_cluster)),
             ("metrics_port", self.metrics_port.to_string()),
             ("data_port", self.data_port.to_string()),
             ("lease_ttl_ms", self.lease_ttl_ms.to_string()),
@@ -992,6 +1144,10 @@ impl Config {
                 self.eviction_high_watermark.to_string(),
             ),
             ("metadata_server", self.metadata_server.join(",")),
+            ("etcd_ca_cert_file", self.etcd_ca_cert_file.clone()),
+            ("etcd_cert_file", self.etcd_cert_file.clone()),
+            ("etcd_key_file", self.etcd_key_file.clone()),
+            ("etcd_user", self.etcd_user.clone()),
             ("cluster_name", self.cluster_name.clone()),
             ("node_id", self.node_id.clone()),
             ("advertise_host", self.advertise_host.clone()),
@@ -1052,7 +1208,7 @@ impl Config {
             };
         }
         if self.node_id.is_empty() {
-            self.node_id = format!("{}:{}", self.host_name, self.port);
+            self.node_id = format!("{}:{}", self.host_name, self.advertised_port());
         }
     }
 
@@ -1090,6 +1246,17 @@ impl Config {
         // cannot fail: an error here means the kernel changed under us,
         // and the host's default is the safe answer.
         strata_rdma::sockopt::resolve(Some(&self.tcp_congestion)).unwrap_or(None)
+    }
+
+    /// The RESP port in this node's record (etcd, `CLUSTER SLOTS`,
+    /// `-MOVED`): the TLS port in a TLS cluster, as Redis Cluster does
+    /// with `tls-cluster yes`.
+    pub fn advertised_port(&self) -> u16 {
+        if self.tls_cluster {
+            self.tls_port
+        } else {
+            self.port
+        }
     }
 
     pub fn standalone(&self) -> bool {
@@ -1169,7 +1336,7 @@ mod tests {
         ])
         .unwrap_err();
         for needle in [
-            "port: 70000 is out of range (allowed 1 ..= 65535)",
+            "port: 70000 is out of range (allowed 0 ..= 65535)",
             "cpu_memory_pool_size: 1KiB is out of range (allowed 4MiB ..= 64TiB)",
             "eviction_high_watermark: 2 is out of range",
             "protocol: \"udp\" is not a protocol (allowed: tcp, rdma)",
@@ -1233,6 +1400,37 @@ mod tests {
         assert!(v(&[("metadata_server", "etcd://localhost:2379,[::1]:2379")]).is_ok());
         let mixed = ("metadata_server", "etcd://127.0.0.1:2379,10.213.7.10:2379");
         assert!(v(&[mixed]).is_err());
+    }
+
+    #[test]
+    fn tls_keys_fit_together() {
+        let e = v(&[("port", "0")]).unwrap_err();
+        assert!(e.contains("port: 0 turns the plaintext port off"), "{e}");
+        let e = v(&[("tls_port", "7400")]).unwrap_err();
+        assert!(
+            e.contains("tls_port: needs tls_cert_file and tls_key_file"),
+            "{e}"
+        );
+        let e = v(&[("tls_auth_clients", "yes")]).unwrap_err();
+        assert!(
+            e.contains("tls_auth_clients: yes needs tls_ca_cert_file"),
+            "{e}"
+        );
+        let e = v(&[("tls_cluster", "yes")]).unwrap_err();
+        assert!(e.contains("tls_cluster: needs tls_port"), "{e}");
+        let e = v(&[("port", "0"), ("tls_port", "7400"), ("tls_cluster", "no")]).unwrap_err();
+        assert!(e.contains("tls_cluster: no, but port is 0"), "{e}");
+        let e = v(&[("tls_port", "7379")]).unwrap_err();
+        assert!(e.contains("tls_port: 7379 is the same as port"), "{e}");
+        let e = v(&[("etcd_password", "x")]).unwrap_err();
+        assert!(e.contains("etcd_password: needs etcd_user"), "{e}");
+        let e = v(&[("etcd_cert_file", "/x")]).unwrap_err();
+        assert!(e.contains("etcd_cert_file: needs etcd_key_file"), "{e}");
+        let ok = v(&[]).unwrap();
+        assert_eq!(
+            (ok.tls_auth_clients.as_str(), ok.tls_cluster),
+            ("no", false)
+        );
     }
 
     #[test]

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use strata_proto::request::{args, pending_bulk, scan, split_inline};
 use strata_proto::{CommandError, Discard, DiscardStep, ErrorCode, Reply, RespVersion, Scan};
+use strata_rdma::tls::Stream;
 use strata_tiering::{Reservation, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::busy_poll::EchoWindow;
 use crate::clock::RunClock;
@@ -90,7 +90,8 @@ impl Segment {
 
 struct Conn<'a> {
     node: &'a Arc<Node>,
-    sock: TcpStream,
+    /// Plain TCP, or TLS on the TLS port.
+    sock: Stream,
     rbuf: BytesMut,
     wbuf: BytesMut,
     /// Output queued before `wbuf` (in order), and its size.
@@ -118,8 +119,8 @@ struct Conn<'a> {
     session: Session,
 }
 
-pub async fn serve(node: &Arc<Node>, sock: TcpStream) -> std::io::Result<()> {
-    sock.set_nodelay(true)?;
+pub async fn serve(node: &Arc<Node>, sock: Stream) -> std::io::Result<()> {
+    sock.tcp().set_nodelay(true)?;
     let session = Session {
         id: node.next_client_id(),
         name: None,
@@ -637,6 +638,7 @@ impl Conn<'_> {
         if !self.wbuf.is_empty() {
             if self.queued.is_empty() {
                 self.sock.write_all(&self.wbuf).await?;
+                self.sock.flush().await?;
                 self.count_out(self.wbuf.len());
                 self.wbuf.clear();
                 return Ok(());
@@ -678,6 +680,8 @@ impl Conn<'_> {
                 offset = 0;
             }
         }
+        // TLS holds back what the socket did not take; plain TCP: no-op.
+        self.sock.flush().await?;
         // Values are unpinned here, once they are written.
         segments.clear();
         self.queued = segments;

@@ -26,6 +26,7 @@ pub mod pubsub;
 pub mod services;
 pub mod session;
 pub mod tiers;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -43,7 +44,18 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
     let node = Node::start(cfg, &commands).await;
     let node = Arc::new(node.context("cannot start the node")?);
     node.publish_tier_events();
-    let resp = listener::bind(&node).await?;
+    let resp = match node.cfg.port {
+        0 => None,
+        port => Some(listener::bind(&node, port, "port").await?),
+    };
+    let tls_config = tls::server_config(&node.cfg).context("TLS")?;
+    let tls_resp = match tls_config {
+        Some(c) => Some((
+            listener::bind(&node, node.cfg.tls_port, "tls_port").await?,
+            tokio_rustls::TlsAcceptor::from(c),
+        )),
+        None => None,
+    };
     let http = if node.cfg.metrics_port != 0 {
         Some(http::bind(&node).await?)
     } else {
@@ -54,7 +66,8 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         None => "off".to_string(),
     };
     tracing::info!(
-        resp = %resp.local_addr()?,
+        resp = %local(resp.as_ref()),
+        tls = %local(tls_resp.as_ref().map(|(l, _)| l)),
         metrics = %metrics,
         data = %node.transport.endpoint(),
         pool_bytes = node.cfg.cpu_memory_pool_size,
@@ -81,7 +94,7 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         tokio::spawn(services::replicate::retry_loop(node.clone()));
     }
     let result = tokio::select! {
-        r = listener::serve(node.clone(), resp) => r,
+        r = serve_all(node.clone(), resp, tls_resp) => r,
         _ = shutdown_signal() => {
             tracing::info!("shutting down");
             Ok(())
@@ -94,6 +107,38 @@ pub async fn run(cfg: config::Config) -> anyhow::Result<()> {
         tiers::shut_down(&node.store, lower, SHUTDOWN_DRAIN).await;
     }
     result
+}
+
+/// Serves the plaintext and TLS ports, whichever are on, until one fails.
+async fn serve_all(
+    node: Arc<Node>,
+    resp: Option<tokio::net::TcpListener>,
+    tls: Option<(tokio::net::TcpListener, tokio_rustls::TlsAcceptor)>,
+) -> anyhow::Result<()> {
+    let plain = async {
+        match resp {
+            Some(l) => listener::serve(node.clone(), l, None).await,
+            None => std::future::pending().await,
+        }
+    };
+    let secure = async {
+        match tls {
+            Some((l, acceptor)) => listener::serve(node.clone(), l, Some(acceptor)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = plain => r,
+        r = secure => r,
+    }
+}
+
+fn local(l: Option<&tokio::net::TcpListener>) -> String {
+    match l.map(|l| l.local_addr()) {
+        Some(Ok(a)) => a.to_string(),
+        Some(Err(e)) => e.to_string(),
+        None => "off".into(),
+    }
 }
 
 async fn shutdown_signal() {

@@ -144,7 +144,7 @@ impl Node {
         .context("cannot register the arena with the data plane")?;
         let me = strata_ring::NodeRecord {
             id: cfg.node_id.clone(),
-            resp_addr: join_host_port(&cfg.advertise_host, cfg.port),
+            resp_addr: join_host_port(&cfg.advertise_host, cfg.advertised_port()),
             data_addr: transport.endpoint().to_string(),
             host: cfg.host_name.clone(),
             // Memory tiers weigh the ring: they serve at memory speed.
@@ -158,7 +158,11 @@ impl Node {
         me.process = cma.as_ref().map(|c| c.record());
         let cluster = Cluster::new(me, cfg.standalone(), Duration::from_millis(cfg.fence_ms));
         Ok(Node {
-            peers: Peers::new(cfg.requirepass.clone(), tcp_congestion.clone()),
+            peers: Peers::new(
+                cfg.requirepass.clone(),
+                tcp_congestion.clone(),
+                crate::tls::peer_config(&cfg).context("TLS (tls_cluster)")?,
+            ),
             cluster,
             conn_slots: Arc::new(Semaphore::new(cfg.max_connections as usize)),
             request_budget: Arc::new(Semaphore::new(

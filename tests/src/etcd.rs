@@ -36,11 +36,24 @@ pub struct Etcd {
     peer_port: u16,
     dir: tempfile::TempDir,
     log: tempfile::NamedTempFile,
+    /// Set: clients are served over TLS with these etcd flags
+    /// (`--cert-file`, `--client-cert-auth`, ...).
+    tls: Option<Vec<String>>,
 }
 
 impl Etcd {
     /// Starts etcd and returns once it reports itself healthy.
     pub fn start() -> Etcd {
+        Etcd::start_with_tls(None)
+    }
+
+    /// Starts etcd serving clients over TLS with `flags` (its
+    /// `--cert-file`, `--key-file`, `--trusted-ca-file`, ...).
+    pub fn start_tls(flags: &[String]) -> Etcd {
+        Etcd::start_with_tls(Some(flags.to_vec()))
+    }
+
+    fn start_with_tls(tls: Option<Vec<String>>) -> Etcd {
         let (client_port, peer_port) = loop {
             let (c, p) = (free_port(), free_port());
             if c != p {
@@ -53,6 +66,7 @@ impl Etcd {
             peer_port,
             dir: tempfile::tempdir().expect("temp dir"),
             log: tempfile::NamedTempFile::new().expect("temp file"),
+            tls,
         };
         etcd.spawn();
         etcd
@@ -60,7 +74,8 @@ impl Etcd {
 
     fn spawn(&mut self) {
         assert!(self.child.is_none(), "etcd is already running");
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let child = Command::new(etcd_bin())
             .arg("--name")
@@ -72,6 +87,7 @@ impl Etcd {
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("default={peer}")])
+            .args(self.tls.iter().flatten())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(self.log.reopen().expect("reopen"))
@@ -120,11 +136,16 @@ impl Etcd {
     /// etcd's own `/health` on the client port says `"health":"true"` once
     /// it has a leader and serves requests (what `etcdctl endpoint health`
     /// checks, without needing etcdctl installed).
+    /// Over TLS: that it accepts connections (its clients retry until it
+    /// serves).
     pub fn healthy(&self) -> bool {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.client_port));
         let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
             return false;
         };
+        if self.tls.is_some() {
+            return true;
+        }
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             .is_err()

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod tls;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -46,7 +46,7 @@ fn bad_flags_are_refused_naming_key_and_range() {
     for (args, needle) in [
         (
             ["--port", "70000"],
-            "port: 70000 is out of range (allowed 1 ..= 65535)",
+            "port: 70000 is out of range (allowed 0 ..= 65535)",
         ),
         (
             ["--cpu-memory-pool-size", "1KiB"],
@@ -115,7 +115,7 @@ fn bad_env_value_is_refused() {
     });
     assert_refused(
         &exit,
-        &["port: \"abc\" is not a whole number (allowed 1 ..= 65535)"],
+        &["port: \"abc\" is not a whole number (allowed 0 ..= 65535)"],
     );
 }
 

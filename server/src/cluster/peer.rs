@@ -3,7 +3,8 @@
 //! Pooled connections per peer, bounded in number and in time; a connection
 //! on which anything went wrong is dropped, never reused in an unknown
 //! state. Replies to these internal commands are small, so reading one is
-//! bounded too.
+//! bounded too. In a TLS cluster (`tls_cluster`) every connection is TLS,
+//! to the peer's advertised TLS port, checked against the cluster's CA.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use redis_protocol::resp2::types::BytesFrame;
+use strata_rdma::tls::{ClientConfig, Stream};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -39,7 +41,7 @@ pub enum PeerError {
 
 struct Pool {
     slots: Semaphore,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Stream>>,
 }
 
 /// Connections to the other nodes.
@@ -50,15 +52,32 @@ pub struct Peers {
     /// `tcp_congestion` as resolved for this host (replicas and hand-offs
     /// send values on these connections).
     congestion: Option<String>,
+    /// Set in a TLS cluster (`crate::tls::peer_config`).
+    tls: Option<Arc<ClientConfig>>,
 }
 
 impl Peers {
-    pub fn new(password: Option<String>, congestion: Option<String>) -> Peers {
+    pub fn new(
+        password: Option<String>,
+        congestion: Option<String>,
+        tls: Option<Arc<ClientConfig>>,
+    ) -> Peers {
         Peers {
             pools: Mutex::new(HashMap::new()),
             password,
             congestion,
+            tls,
         }
+    }
+
+    /// Connections of their own to the same peers, with the same password
+    /// and TLS: calls on them never queue behind this set's.
+    pub fn sibling(&self) -> Peers {
+        Peers::new(
+            self.password.clone(),
+            self.congestion.clone(),
+            self.tls.clone(),
+        )
     }
 
     fn pool(&self, addr: &str) -> Arc<Pool> {
@@ -109,7 +128,7 @@ impl Peers {
         }
     }
 
-    async fn connect(&self, addr: &str) -> Result<TcpStream, PeerError> {
+    async fn connect(&self, addr: &str) -> Result<Stream, PeerError> {
         let sock = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
             .map_err(|_| PeerError::Timeout(addr.into()))?
@@ -120,7 +139,16 @@ impl Peers {
             strata_rdma::sockopt::set_congestion(&sock, name)
                 .map_err(|e| PeerError::Io(addr.into(), e))?;
         }
-        let mut sock = sock;
+        let mut sock = match &self.tls {
+            Some(tls) => {
+                let io = |e| PeerError::Io(addr.into(), e);
+                let name = strata_rdma::tls::server_name(addr).map_err(io)?;
+                strata_rdma::tls::connect(tls, name, sock, CONNECT_TIMEOUT)
+                    .await
+                    .map_err(io)?
+            }
+            None => Stream::Plain(sock),
+        };
         if let Some(pass) = &self.password {
             match tokio::time::timeout(
                 CALL_TIMEOUT,
@@ -141,7 +169,7 @@ impl Peers {
     }
 }
 
-async fn exchange(sock: &mut TcpStream, args: &[&[u8]]) -> std::io::Result<BytesFrame> {
+async fn exchange(sock: &mut Stream, args: &[&[u8]]) -> std::io::Result<BytesFrame> {
     let mut req = BytesMut::new();
     req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
     for a in args {
@@ -150,6 +178,7 @@ async fn exchange(sock: &mut TcpStream, args: &[&[u8]]) -> std::io::Result<Bytes
         req.extend_from_slice(b"\r\n");
     }
     sock.write_all(&req).await?;
+    sock.flush().await?;
     let mut buf = BytesMut::with_capacity(256);
     loop {
         match redis_protocol::resp2::decode::decode_bytes_mut(&mut buf) {

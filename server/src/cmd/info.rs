@@ -108,6 +108,11 @@ fn render(node: &Node, section: &str, out: &mut String) {
             );
             line(
                 out,
+                "tls_handshake_failures",
+                c.tls_handshake_failures_total.load(Relaxed),
+            );
+            line(
+                out,
                 "total_net_input_bytes",
                 c.net_input_bytes_total.load(Relaxed),
             );

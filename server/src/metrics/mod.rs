@@ -73,6 +73,9 @@ impl CommandStats {
 pub struct Counters {
     pub connections_total: AtomicU64,
     pub rejected_connections_total: AtomicU64,
+    /// TLS handshakes on the TLS port that failed or timed out (a
+    /// plaintext client there counts too).
+    pub tls_handshake_failures_total: AtomicU64,
     pub protocol_errors_total: AtomicU64,
     /// Requests refused with BUSY because the node-wide request buffer
     /// budget stayed exhausted.
@@ -107,6 +110,7 @@ struct Exported {
     connected_clients: Gauge,
     connections_total: Counter,
     rejected_connections_total: Counter,
+    tls_handshake_failures_total: Counter,
     protocol_errors_total: Counter,
     too_large_total: Counter,
     buffer_busy_total: Counter,
@@ -456,6 +460,11 @@ impl Metrics {
                 Unit::Count,
                 "Connections refused because max_connections was reached.",
             ),
+            tls_handshake_failures_total: counter(
+                "strata_tls_handshake_failures_total",
+                Unit::Count,
+                "Connections to the TLS port dropped before their handshake completed (failed, timed out, or plaintext).",
+            ),
             protocol_errors_total: counter(
                 "strata_protocol_errors_total",
                 Unit::Count,
@@ -766,6 +775,8 @@ impl Metrics {
             .absolute(c.connections_total.load(Relaxed));
         e.rejected_connections_total
             .absolute(c.rejected_connections_total.load(Relaxed));
+        e.tls_handshake_failures_total
+            .absolute(c.tls_handshake_failures_total.load(Relaxed));
         e.protocol_errors_total
             .absolute(c.protocol_errors_total.load(Relaxed));
         e.too_large_total.absolute(c.too_large_total.load(Relaxed));

@@ -40,7 +40,7 @@ struct Health {
 pub async fn run(node: Arc<Node>) {
     let window = node.cluster.fence.window();
     let patience = window * 2 / 5;
-    let peers = Peers::new(node.cfg.requirepass.clone(), None);
+    let peers = node.peers.sibling();
     let mut health: HashMap<String, Health> = HashMap::new();
     let mut etcd: Option<Client> = None;
     let mut tick = tokio::time::interval(window / 5);

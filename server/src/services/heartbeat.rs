@@ -21,7 +21,7 @@ pub async fn run(node: Arc<Node>) {
     // A check that takes half the window is too late to be of use.
     let patience = window / 2;
     // Its own connections: a check never queues behind replication.
-    let peers = Peers::new(node.cfg.requirepass.clone(), None);
+    let peers = node.peers.sibling();
     let mut etcd: Option<Client> = None;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

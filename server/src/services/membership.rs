@@ -49,7 +49,7 @@ pub async fn connect(cfg: &crate::config::Config, timeout: Duration) -> anyhow::
         .with_connect_timeout(timeout)
         .with_timeout(timeout)
         .with_keep_alive(Duration::from_secs(2), REQUEST_TIMEOUT);
-    Client::connect(&cfg.metadata_server, Some(opts))
+    super::etcd_conn::connect(cfg, opts)
         .await
         .context("connect")
 }
@@ -376,7 +376,7 @@ pub async fn leave(node: &Node) {
     node.cluster.fence.revoke();
     let key = format!("{}{}", prefix(&cfg.cluster_name), node.cluster.me.id);
     let attempt = async {
-        let mut client = Client::connect(&cfg.metadata_server, None).await?;
+        let mut client = super::etcd_conn::connect(cfg, ConnectOptions::new()).await?;
         client.delete(key, None).await?;
         Ok::<(), etcd_client::Error>(())
     };

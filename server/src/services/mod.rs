@@ -8,6 +8,7 @@
 //! process's start-up do.
 
 pub mod detector;
+pub mod etcd_conn;
 pub mod heartbeat;
 pub mod membership;
 pub mod repair;
