@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -191,6 +192,12 @@ def main() -> None:
         ops = [o for host in WORKERS for o in load(work / f"ops-{host}.jsonl")]
         result = check(ops, faults)
         result["events"] = events(work)
+        result["faults"] = faults
+        if any(result[k] for k in ("lost", "stale", "phantom", "missing")):
+            keep = Path(os.environ.get("STRATA_FAULTS_KEEP", "/var/tmp/strata-faults-failed"))
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(work, keep, ignore=shutil.ignore_patterns("strata-nvme-*", "etcd"))
+            result["kept"] = str(keep)
         for o in result["outages"]:
             o["takeover_s"] = takeover_s(work, o)
     except BaseException:
@@ -253,6 +260,10 @@ def report(result: dict) -> None:
     bad = {k: result[k] for k in ("lost", "stale", "phantom", "missing") if result[k]}
     for kind, items in bad.items():
         print(f"faults: FAIL: {len(items)} {kind}: {items[:5]}", file=sys.stderr)
+    if bad:
+        print(f"faults: the run's operations and node logs are in {result['kept']}; faults: "
+              f"{[(f['fault'], f['node'], round(f['start'], 3), round(f['end'], 3)) for f in result['faults']]}",
+              file=sys.stderr)
     print("faults: lost 0, stale 0, phantom 0, missing 0" if not bad else "faults: FAILED")
     if bad:
         sys.exit(1)

@@ -50,6 +50,9 @@ pub struct Cluster {
     /// The etcd create revision of this node's record (0: not registered):
     /// the same record while it is, a new one once it was deleted.
     pub my_revision: std::sync::atomic::AtomicI64,
+    /// The incarnation this node registers with: `me`'s (its start), or a
+    /// later one once it dropped its copies (a new member to repair).
+    pub incarnation: AtomicU64,
     /// The etcd revision of each member's record as last seen, so that a
     /// delete names the version it means and never a successor's.
     pub member_revisions: Mutex<std::collections::HashMap<String, i64>>,
@@ -67,6 +70,7 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     pub fn new(me: NodeRecord, standalone: bool, fence_window: std::time::Duration) -> Cluster {
+        let me_incarnation = me.incarnation;
         // A cluster member owns nothing until it has heard from etcd:
         // claiming every slot alone would serve writes nobody else can find.
         let ring = if standalone {
@@ -88,6 +92,7 @@ impl Cluster {
             fence: fence::Fence::new(fence_window),
             suspects: Default::default(),
             my_revision: Default::default(),
+            incarnation: AtomicU64::new(me_incarnation),
             member_revisions: Default::default(),
         }
     }

@@ -81,6 +81,7 @@ pub async fn run(node: Arc<Node>) {
 fn record(node: &Node) -> NodeRecord {
     let s = node.store.stats();
     let mut me = node.cluster.me.clone();
+    me.incarnation = node.cluster.incarnation.load(Relaxed);
     me.tiers = vec![TierUsage {
         tier: "dram".into(),
         capacity_bytes: s.capacity_bytes,
@@ -111,7 +112,6 @@ fn record(node: &Node) -> NodeRecord {
 async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
     let cfg = &node.cfg;
     let mut client = connect(cfg, REQUEST_TIMEOUT).await?;
-    drop_copies_if_replaced(node, &mut client).await?;
     let ttl = i64::from(cfg.node_ttl_s);
     let sent = mono_ms();
     let lease = client
@@ -254,48 +254,67 @@ impl Takeover {
     }
 }
 
+/// Puts this node's record under `lease` and learns its create revision.
+///
 /// A node whose record was deleted while it was away (its lease ran out,
 /// or its peers found it unreachable) may hold copies that others have
-/// since overwritten while they served its slots: it drops them all before
-/// registering again (the replicas keep what was acknowledged). A record
-/// still there (an etcd outage its lease outlived) keeps them.
-async fn drop_copies_if_replaced(node: &Node, client: &mut Client) -> anyhow::Result<()> {
-    let mine = node.cluster.my_revision.load(Relaxed);
-    if mine == 0 {
-        return Ok(());
-    }
-    let found = client
-        .get(my_key(node), None)
-        .await
-        .context("read own record")?;
-    if found.kvs().first().map(|kv| kv.create_revision()) == Some(mine) {
-        return Ok(());
-    }
-    let keys = node.store.stats().keys;
-    node.store.flush(crate::clock::now_ms());
-    node.cluster.my_revision.store(0, Relaxed);
-    tracing::warn!(
-        dropped_keys = keys,
-        "this node's record was deleted while it was away; its copies may be stale and were dropped"
-    );
-    Ok(())
-}
-
-/// Puts this node's record under `lease` and learns its create revision.
+/// since overwritten while they served its slots: it drops them all and
+/// comes back as a new incarnation, which the others repair as a new
+/// member (the replicas hold what was acknowledged). Whether the record is
+/// still its own and the put are one transaction, so a delete can never
+/// slip between them. A record still there (an etcd outage its lease
+/// outlived, a reconnect) keeps its copies.
 async fn register(node: &Node, client: &mut Client, key: &str, lease: i64) -> anyhow::Result<()> {
-    let body = serde_json::to_vec(&record(node)).context("encode record")?;
-    client
-        .put(key, body, Some(PutOptions::new().with_lease(lease)))
-        .await
-        .context("put record")?;
+    let cl = &node.cluster;
+    let mine = cl.my_revision.load(Relaxed);
+    if mine == 0 || !put_record(node, client, key, lease, Some(mine)).await? {
+        if mine != 0 {
+            drop_copies(node);
+        }
+        put_record(node, client, key, lease, None).await?;
+    }
     let got = client.get(key, None).await.context("read own record")?;
     let rev = got
         .kvs()
         .first()
         .map(|kv| kv.create_revision())
         .ok_or_else(|| anyhow!("own record vanished after its put"))?;
-    node.cluster.my_revision.store(rev, Relaxed);
+    cl.my_revision.store(rev, Relaxed);
     Ok(())
+}
+
+/// Puts this node's record, only over the one created at `only_over` if
+/// given; whether it was put.
+async fn put_record(
+    node: &Node,
+    client: &mut Client,
+    key: &str,
+    lease: i64,
+    only_over: Option<i64>,
+) -> anyhow::Result<bool> {
+    let body = serde_json::to_vec(&record(node)).context("encode record")?;
+    let put = TxnOp::put(key, body, Some(PutOptions::new().with_lease(lease)));
+    let txn = match only_over {
+        Some(rev) => Txn::new()
+            .when(vec![Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then(vec![put]),
+        None => Txn::new().and_then(vec![put]),
+    };
+    Ok(client.txn(txn).await.context("put record")?.succeeded())
+}
+
+/// Empties the store and takes a new incarnation (see [`register`]).
+fn drop_copies(node: &Node) {
+    let cl = &node.cluster;
+    let keys = node.store.stats().keys;
+    node.store.flush(crate::clock::now_ms());
+    cl.my_revision.store(0, Relaxed);
+    let next = cl.incarnation.load(Relaxed).max(crate::clock::now_ms()) + 1;
+    cl.incarnation.store(next, Relaxed);
+    tracing::warn!(
+        dropped_keys = keys,
+        "this node's record was deleted while it was away; its copies may be stale and were dropped"
+    );
 }
 
 /// Re-publishes usage figures, only over this node's own record (a
