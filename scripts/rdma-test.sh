@@ -11,6 +11,9 @@
 #     protocol rdma on rxe0 and rxe1, the SDK on the other device: PUT/GET of
 #     4 KiB .. 4 MiB with content checks, wrong rkey, out-of-range read,
 #     kill -9 of the PUT source mid-transfer, kill -9 of a node mid-GET;
+#   - python/tests/rdma/vm_sdk.py: the Python SDK (a wheel built with the
+#     rdma feature) with protocol="rdma" against an rdma node, byte-exact
+#     up to 32 MiB, and the error a TCP client gets from that node;
 #   - ib_read_bw and strata's READ throughput over the same devices, and
 #     prints their ratio (docs/BENCHMARKS.md records it).
 # Exits non-zero if anything fails, the VM included: it never skips.
@@ -25,7 +28,7 @@ ROOT=$(pwd -P)
 if [ "${1:-}" = --in-vm ]; then
   # ------------------------------------------------------------ inside the VM
   shift
-  UNIT=$1 E2E=$2
+  UNIT=$1 E2E=$2 PYSDK=$4
   export STRATA_SERVER_BIN=$3
   export RUST_BACKTRACE=1
   step() { printf '\n== [vm] %s\n' "$*"; }
@@ -33,6 +36,8 @@ if [ "${1:-}" = --in-vm ]; then
   "$UNIT" --test-threads=1 -q
   step "end to end over rxe0/rxe1"
   "$E2E" --include-ignored --test-threads=1 --skip helper_put_then_get_killed --skip read_throughput
+  step "the Python SDK over rdma (python/tests/rdma/vm_sdk.py)"
+  PYTHONPATH="$PYSDK" python3 python/tests/rdma/vm_sdk.py
   listening() { i=0; until ss -Hltn "sport = :18515" | grep -q .; do i=$((i+1)); [ $i -lt 300 ] || return 1; sleep 0.1; done; }
   read_bw() {   # $1 = queue pairs; prints perftest's average MB/sec (MB = 2^20 B)
     local try bw
@@ -108,7 +113,18 @@ test_bin() {   # $1.. = cargo test selection; prints the executable
 UNIT=$(test_bin -p strata-rdma --features rdma --lib)
 E2E=$(test_bin -p strata-client --features rdma --test rdma_softroce)
 [ -x "$UNIT" ] && [ -x "$E2E" ] || { echo "test binaries not built"; exit 1; }
+step "the Python SDK with --features rdma (unpacked into $CARGO_TARGET_DIR/py-rdma)"
+MATURIN=${STRATA_MATURIN:-$ROOT/.venv/bin/maturin}
+if [ ! -x "$MATURIN" ]; then
+  python3 -m venv "$CARGO_TARGET_DIR/maturin-venv"
+  "$CARGO_TARGET_DIR/maturin-venv/bin/pip" install -q --disable-pip-version-check 'maturin>=1.7,<2'
+  MATURIN=$CARGO_TARGET_DIR/maturin-venv/bin/maturin
+fi
+rm -rf "$CARGO_TARGET_DIR/wheels-rdma" "$CARGO_TARGET_DIR/py-rdma"
+"$MATURIN" build -q --profile dev -m python/Cargo.toml --features rdma -o "$CARGO_TARGET_DIR/wheels-rdma"
+python3 -m zipfile -e "$(ls "$CARGO_TARGET_DIR"/wheels-rdma/strata_kv-*.whl)" "$CARGO_TARGET_DIR/py-rdma"
 step "booting the soft-RoCE VM"
 start=$(date +%s)
-scripts/softroce-vm.sh -- scripts/rdma-test.sh --in-vm "$UNIT" "$E2E" "$CARGO_TARGET_DIR/debug/strata-server"
+scripts/softroce-vm.sh -- scripts/rdma-test.sh --in-vm "$UNIT" "$E2E" "$CARGO_TARGET_DIR/debug/strata-server" \
+  "$CARGO_TARGET_DIR/py-rdma"
 echo "soft-RoCE VM step passed in $(( $(date +%s) - start )) s"

@@ -44,7 +44,8 @@ MEM=${STRATA_SOFTROCE_MEM:-2048}
 TIMEOUT=${STRATA_SOFTROCE_TIMEOUT:-900}
 VERBOSE=${STRATA_SOFTROCE_VERBOSE:-0}
 IMAGE_REV=1
-GUEST_PKGS="ibverbs-utils ibverbs-providers perftest iproute2 dash bash procps"
+# python3: the Python SDK's RDMA test (python/tests/rdma/vm_sdk.py).
+GUEST_PKGS="ibverbs-utils ibverbs-providers perftest iproute2 dash bash procps python3"
 # needed only to manage packages or log in, never at run time
 SKIP='adduser|cdebconf|debconf|dpkg|install-info|passwd|libdebian-installer4|libnewt0.52|libslang2|libtextwrap1|tar|libpam-modules|libpam-modules-bin|libpam0g|libsemanage2|libsemanage-common|libsepol2|libaudit1|libaudit-common|libcap2-bin|perl-base'
 MODULES="crc32_generic crc32c_generic rdma_rxe ib_uverbs veth virtio_pci 9pnet_virtio 9p"

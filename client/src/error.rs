@@ -88,11 +88,12 @@ impl Error {
         matches!(self, Self::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused)
     }
 
-    /// The cluster is changing under the request (a node not joined yet, a
-    /// batch split differently by the node's ring): retry after a refresh.
+    /// The cluster is changing under the request (a node not joined yet or
+    /// fenced, a batch split differently by the node's ring, a write whose
+    /// replica is down and about to be dropped): retry after a refresh.
     pub(crate) fn is_cluster_transient(&self) -> bool {
         matches!(self, Self::Server { code, .. }
-            if matches!(code.as_str(), "CLUSTERDOWN" | "CROSSSLOT" | "TRYAGAIN"))
+            if matches!(code.as_str(), "CLUSTERDOWN" | "CROSSSLOT" | "TRYAGAIN" | "NOREPLICAS"))
     }
 
     /// A copy for each item of a batch that failed as a whole (`io::Error`

@@ -53,4 +53,4 @@ pub use error::{Error, Result};
 pub use route::{DATA_ADVERTISE_ENV, DATA_BIND_ENV};
 pub use spin::{DEFAULT_ECHO_SPIN_US, DEFAULT_STREAM_SPIN_US, SPIN_MAX};
 pub use strata_rdma::cma::{DEFAULT_LANES as DEFAULT_CMA_LANES, LANES_MAX as CMA_LANES_MAX};
-pub use strata_rdma::Descriptor;
+pub use strata_rdma::{Descriptor, Protocol};

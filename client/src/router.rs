@@ -338,11 +338,20 @@ impl Router {
             // call, a tenth of a 4 KiB PUT's CPU time here.
             let done = if groups.len() == 1 {
                 let (node, items) = groups.into_values().next().expect("one group");
-                let outcome = op(Arc::clone(&node), items.clone()).await;
+                let outcome = match self.hold_write(&node, access) {
+                    Some(wait) => Err(wait),
+                    None => op(Arc::clone(&node), items.clone()).await,
+                };
                 vec![(node, items, outcome)]
             } else {
                 let sends = groups.into_values().map(|(node, items)| {
-                    op(Arc::clone(&node), items.clone()).map(move |r| (node, items, r))
+                    let send = match self.hold_write(&node, access) {
+                        Some(wait) => futures::future::Either::Left(std::future::ready(Err(wait))),
+                        None => {
+                            futures::future::Either::Right(op(Arc::clone(&node), items.clone()))
+                        }
+                    };
+                    send.map(move |r| (node, items, r))
                 });
                 futures::future::join_all(sends).await
             };
@@ -414,6 +423,22 @@ impl Router {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Protocol("no reply for an item".into()))))
             .collect()
+    }
+
+    /// A write for an owner that failed a moment ago is not sent into the
+    /// same failure (a dead or cut-off host costs a whole `timeout` per
+    /// try): it waits, refreshing the map, for the cluster to fail over or
+    /// the hold to pass. The error it retries on instead.
+    fn hold_write(&self, node: &Node, access: Access) -> Option<Error> {
+        (access == Access::Write && self.cfg.failover_enabled && node.down_recently()).then(|| {
+            Error::Server {
+                code: "TRYAGAIN".into(),
+                msg: format!(
+                    "{} failed just now; waiting for the cluster to fail over",
+                    node.addr
+                ),
+            }
+        })
     }
 
     /// The error a caller sees when retries ran out: a redirect to a node

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use strata_client::{Client, ClientConfig, Error, BATCH_MAX};
+use strata_client::{Client, ClientConfig, Error, Protocol, BATCH_MAX};
 
 use crate::driver::Driver;
 use crate::errors::{error_value, internal, invalid, to_pyerr};
@@ -76,6 +76,26 @@ impl NativeClient {
     }
 }
 
+/// The data plane a `protocol` option names. RDMA needs a wheel built with
+/// the `rdma` feature: without it, say so here rather than let the nodes
+/// refuse every descriptor.
+fn data_plane(protocol: &str, device: Option<String>, fallback_tcp: bool) -> PyResult<Protocol> {
+    match protocol.trim() {
+        "tcp" => Ok(Protocol::Tcp),
+        "rdma" if !cfg!(feature = "rdma") => Err(invalid(
+            "protocol=\"rdma\": this strata wheel was built without RDMA; install it with \
+             MATURIN_PEP517_ARGS=\"--features rdma\" pip install ./python (see python/README.md)",
+        )),
+        "rdma" => Ok(Protocol::Rdma {
+            device_name: device.filter(|d| !d.trim().is_empty()),
+            fallback_tcp,
+        }),
+        other => Err(invalid(format!(
+            "protocol {other:?} is not a data plane (allowed: tcp, rdma)"
+        ))),
+    }
+}
+
 #[pymethods]
 impl NativeClient {
     #[new]
@@ -87,7 +107,8 @@ impl NativeClient {
                         split_get_min=strata_client::DEFAULT_SPLIT_GET_MIN, spin_us=0,
                         stream_spin_us=strata_client::DEFAULT_STREAM_SPIN_US,
                         echo_spin_us=strata_client::DEFAULT_ECHO_SPIN_US,
-                        data_advertise=None))]
+                        data_advertise=None, protocol="tcp", rdma_device=None,
+                        rdma_fallback_tcp=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -109,6 +130,9 @@ impl NativeClient {
         stream_spin_us: u64,
         echo_spin_us: u64,
         data_advertise: Option<String>,
+        protocol: &str,
+        rdma_device: Option<String>,
+        rdma_fallback_tcp: bool,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -133,6 +157,7 @@ impl NativeClient {
             ),
         };
         cfg.data_advertise = data_advertise.filter(|host| !host.trim().is_empty());
+        cfg.protocol = data_plane(protocol, rdma_device, rdma_fallback_tcp)?;
         cfg.retry_attempts = retry_attempts;
         cfg.timeout = Duration::from_millis(timeout_ms);
         cfg.failover_enabled = failover;

@@ -55,6 +55,9 @@ class Client:
             c.stream_spin_us,
             c.echo_spin_us,
             c.data_advertise,
+            c.protocol,
+            c.rdma_device,
+            c.rdma_fallback_tcp,
         )
 
     # -- lifecycle ---------------------------------------------------------

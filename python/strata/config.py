@@ -69,6 +69,13 @@ class ClientConfig:
     ``gpu_staging_bytes``: pinned
     host memory (allocated on first use, two halves) through which CUDA
     tensors are staged; a CUDA value must fit one half.
+    ``protocol``: the data plane, as the nodes' ``protocol``: ``"tcp"``
+    (default) or ``"rdma"`` (RDMA READ over verbs; needs a wheel built with
+    the ``rdma`` feature, see python/README.md, and ``data_bind`` or the
+    route's address on the RDMA device). ``rdma_device``: the verbs device
+    (``mlx5_0``, ``rxe0``; empty: the first active one with a RoCEv2 GID).
+    ``rdma_fallback_tcp``: start on TCP, with one warning, where no RDMA
+    device works (the nodes must then speak TCP too).
     """
 
     seeds: List[str] = field(default_factory=lambda: ["127.0.0.1:7379"])
@@ -91,6 +98,9 @@ class ClientConfig:
     stream_spin_us: int = 50
     echo_spin_us: int = 200
     gpu_staging_bytes: int = 128 * 1024 * 1024
+    protocol: str = "tcp"
+    rdma_device: str = ""
+    rdma_fallback_tcp: bool = False
 
     @classmethod
     def from_env(cls, prefix: str = "STRATA_") -> "ClientConfig":

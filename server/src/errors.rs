@@ -26,3 +26,17 @@ pub fn store_error(e: strata_tiering::StoreError) -> CommandError {
         StoreError::Device(_) => CommandError::err(format!("io: {e}")),
     }
 }
+
+/// A descriptor for another data plane than this node's: the client was
+/// set up for the wrong `protocol`, which the reply names.
+pub fn wrong_transport(
+    theirs: strata_rdma::TransportKind,
+    ours: strata_rdma::TransportKind,
+) -> CommandError {
+    CommandError::new(
+        ErrorCode::BadDesc,
+        format!(
+            "descriptor transport {theirs} is not this node's ({ours}): set the client's protocol to {ours} (Rust ClientConfig::protocol, Python ClientConfig(protocol=\"{ours}\"))"
+        ),
+    )
+}

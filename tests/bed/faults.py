@@ -24,7 +24,7 @@ miss of a key with an acknowledged write. The run prints, per fault, the
 longest time a key could not be written (from the first failed write to
 the end of the next acknowledged one) and fails on any violation.
 
-    python tests/bed/faults.py [--rounds N]     (root; STRATA_SERVER_BIN, the SDK importable)
+    python tests/bed/faults.py [--rounds N] [--keep DIR]   (root; STRATA_SERVER_BIN, the SDK importable)
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ def check(ops: list, faults: list) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--keep", default="", help="copy the run's operations and node logs here")
     a = ap.parse_args()
     py = os.environ.get("STRATA_TEST_PYTHON", sys.executable)
     worker = Path(__file__).with_name("fault_worker.py")
@@ -193,8 +194,8 @@ def main() -> None:
         result = check(ops, faults)
         result["events"] = events(work)
         result["faults"] = faults
-        if any(result[k] for k in ("lost", "stale", "phantom", "missing")):
-            keep = Path(os.environ.get("STRATA_FAULTS_KEEP", "/var/tmp/strata-faults-failed"))
+        if a.keep or any(result[k] for k in ("lost", "stale", "phantom", "missing")):
+            keep = Path(a.keep or "/var/tmp/strata-faults-failed")
             shutil.rmtree(keep, ignore_errors=True)
             shutil.copytree(work, keep, ignore=shutil.ignore_patterns("strata-nvme-*", "etcd"))
             result["kept"] = str(keep)

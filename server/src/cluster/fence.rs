@@ -94,6 +94,10 @@ impl Fence {
         self.remaining_ms() > 0
     }
 
+    fn serving_at(&self, now_ms: u64) -> bool {
+        self.remaining_at(now_ms) > 0
+    }
+
     /// Whether the current proof came from the peers (etcd unreachable).
     pub fn by_peers(&self) -> bool {
         self.by_peers.load(Relaxed)
@@ -101,11 +105,15 @@ impl Fence {
 
     /// Milliseconds of service left on both proofs (0: fenced).
     pub fn remaining_ms(&self) -> u64 {
+        self.remaining_at(mono_ms())
+    }
+
+    fn remaining_at(&self, now_ms: u64) -> u64 {
         let until = self
             .lease_until
             .load(Relaxed)
             .min(self.kept_until.load(Relaxed));
-        until.saturating_sub(mono_ms())
+        until.saturating_sub(now_ms)
     }
 
     /// How long to wait before serving the slots of a member whose record
@@ -123,29 +131,31 @@ mod tests {
 
     #[test]
     fn a_node_serves_only_with_both_proofs_each_timed_from_its_check() {
+        // Monotonic ms, far enough from 0 for checks in the past.
+        let now = 100_000;
         let f = Fence::new(Duration::from_millis(300));
-        assert!(!f.serving(), "a node is fenced until it has proof");
-        let now = mono_ms();
+        assert!(!f.serving_at(now), "a node is fenced until it has proof");
         f.kept(now, false);
-        assert!(!f.serving(), "no lease yet");
+        assert!(!f.serving_at(now), "no lease yet");
         f.lease_renewed(now, TTL);
-        assert!(f.serving());
-        assert!(f.remaining_ms() <= 300);
+        assert!(f.serving_at(now) && f.serving_at(now + 299));
+        assert!(!f.serving_at(now + 300), "the window is over");
+        assert_eq!(f.remaining_at(now + 100), 200);
         // An older check's proof never shortens a newer one.
-        f.kept(now.saturating_sub(1000), true);
-        assert!(f.serving() && !f.by_peers());
+        f.kept(now - 1000, true);
+        assert!(f.serving_at(now) && !f.by_peers());
         // A check sent a window ago proves nothing now.
         let g = Fence::new(Duration::from_millis(300));
         g.lease_renewed(now, TTL);
-        g.kept(now.saturating_sub(300), false);
-        assert!(!g.serving());
-        // Nor does a lease renewed a TTL ago.
+        g.kept(now - 300, false);
+        assert!(!g.serving_at(now));
+        // Nor does a lease renewed a TTL (less the margin) ago.
         let h = Fence::new(Duration::from_millis(300));
-        h.lease_renewed(now.saturating_sub(5000), TTL);
+        h.lease_renewed(now - 4900, TTL);
         h.kept(now, false);
-        assert!(!h.serving());
+        assert!(!h.serving_at(now));
         f.revoke();
-        assert!(!f.serving());
+        assert!(!f.serving_at(now));
     }
 
     #[test]

@@ -92,13 +92,9 @@ fn lease(
             ));
         }
     } else if dst.transport != ctx.node.transport.kind() {
-        return Err(CommandError::new(
-            ErrorCode::BadDesc,
-            format!(
-                "descriptor transport {} is not this node's ({})",
-                dst.transport,
-                ctx.node.transport.kind()
-            ),
+        return Err(crate::errors::wrong_transport(
+            dst.transport,
+            ctx.node.transport.kind(),
         ));
     }
     let value = match look_up(ctx, key) {

@@ -109,13 +109,9 @@ pub fn prepare(
             ));
         }
     } else if desc.transport != node.transport.kind() {
-        return Err(CommandError::new(
-            ErrorCode::BadDesc,
-            format!(
-                "descriptor transport {} is not this node's ({})",
-                desc.transport,
-                node.transport.kind()
-            ),
+        return Err(crate::errors::wrong_transport(
+            desc.transport,
+            node.transport.kind(),
         ));
     }
     if desc.epoch.is_some() {

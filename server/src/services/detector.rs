@@ -2,8 +2,9 @@
 //! lease to run out.
 //!
 //! Every fifth of `fence_ms` this node pings each other member on a
-//! connection of its own. A member that has not answered for half of
-//! `fence_ms` (or refused the connection twice) is suspected. When a
+//! connection of its own; a ping unanswered within that fifth has failed.
+//! A member whose pings have failed for half of `fence_ms` (or that
+//! refused the connection twice) is suspected. When a
 //! majority of the other members suspect it too (`STRATA.VOUCH` answers
 //! 0), this node deletes its record in etcd — only the version of it that
 //! it last saw (a restarted member's new one stays) — and every node then takes over its slots after the
@@ -39,7 +40,10 @@ struct Health {
 /// Runs for the life of a cluster member.
 pub async fn run(node: Arc<Node>) {
     let window = node.cluster.fence.window();
-    let patience = window * 2 / 5;
+    // A ping answers in well under a millisecond on a LAN: one that takes
+    // a probe interval counts as failed, and failures must last half the
+    // window before a member is suspected.
+    let patience = window / 5;
     let peers = node.peers.sibling();
     let mut health: HashMap<String, Health> = HashMap::new();
     let mut etcd: Option<Client> = None;
@@ -53,12 +57,13 @@ pub async fn run(node: Arc<Node>) {
             .suspects
             .lock()
             .retain(|id| others.iter().any(|n| &n.id == id));
+        let sent = mono_ms();
         let answers =
             futures::future::join_all(others.iter().map(|n| ping(&peers, &n.resp_addr, patience)))
                 .await;
         for (n, answer) in others.iter().zip(answers) {
             let h = health.entry(n.id.clone()).or_default();
-            if suspect(h, answer, window) {
+            if suspect(h, answer, sent, window) {
                 node.cluster.suspects.lock().insert(n.id.clone());
             } else {
                 node.cluster.suspects.lock().remove(&n.id);
@@ -111,9 +116,9 @@ async fn ping(peers: &Peers, addr: &str, patience: Duration) -> Result<bool, ()>
     }
 }
 
-/// Updates a member's health with one ping's outcome; whether it is now
-/// suspected.
-fn suspect(h: &mut Health, answer: Result<bool, ()>, window: Duration) -> bool {
+/// Updates a member's health with the outcome of one ping sent at `sent`;
+/// whether it is now suspected.
+fn suspect(h: &mut Health, answer: Result<bool, ()>, sent: u64, window: Duration) -> bool {
     match answer {
         Ok(true) => {
             h.failing_since = 0;
@@ -123,11 +128,10 @@ fn suspect(h: &mut Health, answer: Result<bool, ()>, window: Duration) -> bool {
         Ok(false) => h.refused += 1,
         Err(()) => {}
     }
-    let now = mono_ms();
     if h.failing_since == 0 {
-        h.failing_since = now;
+        h.failing_since = sent;
     }
-    h.refused >= 2 || now - h.failing_since >= window.as_millis() as u64 / 2
+    h.refused >= 2 || mono_ms() - h.failing_since >= window.as_millis() as u64 / 2
 }
 
 /// Whether, with this node, more than half of the members other than `n`

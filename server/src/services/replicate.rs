@@ -135,11 +135,28 @@ pub async fn push_write(
     wanted: usize,
 ) -> bool {
     let asked = targets.len();
-    let ok = push(node, key.clone(), value, expire_at_ms, targets).await;
+    // A node fenced meanwhile acknowledges nothing: answer at once rather
+    // than wait for a replica it may never reach (the pushes go on).
+    let pushing = {
+        let (node, key) = (node.clone(), key.clone());
+        tokio::spawn(async move { push(&node, key, value, expire_at_ms, targets).await })
+    };
+    let ok = tokio::select! {
+        ok = pushing => ok.unwrap_or(0),
+        () = fenced(node) => return false,
+    };
     node.cluster
         .under_replicated
         .note_write(&key, wanted, 1 + ok);
     ok == asked
+}
+
+/// Resolves once this node is fenced (checked every tenth of the window).
+async fn fenced(node: &Node) {
+    let every = node.cluster.fence.window() / 10;
+    while node.cluster.check_fence().is_ok() {
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// The answer to a client's write once its copies were pushed: `ok` with
