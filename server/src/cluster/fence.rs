@@ -91,7 +91,7 @@ impl Fence {
     }
 
     pub fn serving(&self) -> bool {
-        self.remaining_ms() > 0
+        self.serving_at(mono_ms())
     }
 
     fn serving_at(&self, now_ms: u64) -> bool {
