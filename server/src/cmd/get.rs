@@ -91,15 +91,8 @@ fn lease(
                 "cross-memory attach is not set up on this connection (STRATA.CMA)",
             ));
         }
-    } else if dst.transport != ctx.node.transport.kind() {
-        return Err(CommandError::new(
-            ErrorCode::BadDesc,
-            format!(
-                "descriptor transport {} is not this node's ({})",
-                dst.transport,
-                ctx.node.transport.kind()
-            ),
-        ));
+    } else {
+        super::network_desc(ctx.node, dst.transport, false)?;
     }
     let value = match look_up(ctx, key) {
         Ok(v) => v,

@@ -108,15 +108,8 @@ pub fn prepare(
                 "the cma descriptor names a process that has not proven itself on this connection (STRATA.CMA)",
             ));
         }
-    } else if desc.transport != node.transport.kind() {
-        return Err(CommandError::new(
-            ErrorCode::BadDesc,
-            format!(
-                "descriptor transport {} is not this node's ({})",
-                desc.transport,
-                node.transport.kind()
-            ),
-        ));
+    } else {
+        super::network_desc(node, desc.transport, true)?;
     }
     if desc.epoch.is_some() {
         return Err(CommandError::new(
