@@ -292,7 +292,11 @@ fn a_tls_only_cluster_replicates_and_redirects_over_tls() {
             })
             .sum()
     };
-    assert!(pulled("tls") >= KEYS as u64, "tls copies: {}", pulled("tls"));
+    assert!(
+        pulled("tls") >= KEYS as u64,
+        "tls copies: {}",
+        pulled("tls")
+    );
     assert_eq!(pulled("tcp"), 0, "copies in plaintext");
 }
 
