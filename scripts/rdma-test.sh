@@ -37,7 +37,9 @@ if [ "${1:-}" = --in-vm ]; then
   step "end to end over rxe0/rxe1"
   "$E2E" --include-ignored --test-threads=1 --skip helper_put_then_get_killed --skip read_throughput
   step "the Python SDK over rdma (python/tests/rdma/vm_sdk.py)"
-  PYTHONPATH="$PYSDK" python3 python/tests/rdma/vm_sdk.py
+  # The guest's packages are unpacked, not installed: Debian's python3
+  # symlink comes from a maintainer script, so name the interpreter.
+  PYTHONPATH="$PYSDK" "$(command -v python3 || command -v python3.11)" python/tests/rdma/vm_sdk.py
   listening() { i=0; until ss -Hltn "sport = :18515" | grep -q .; do i=$((i+1)); [ $i -lt 300 ] || return 1; sleep 0.1; done; }
   read_bw() {   # $1 = queue pairs; prints perftest's average MB/sec (MB = 2^20 B)
     local try bw

@@ -69,6 +69,10 @@ impl Client {
             advertise_host,
             tcp_congestion: congestion.clone(),
             stream_spin: std::time::Duration::from_micros(cfg.stream_spin_us),
+            tls: match &cfg.tls {
+                Some(opts) => crate::conn::data_plane_tls(opts)?,
+                None => Default::default(),
+            },
         };
         let transport = DataPlane::start(data_bind, &cfg.protocol, listen)
             .await
@@ -331,7 +335,7 @@ impl Client {
     /// ranges (see [`ClientConfig::split_get_min`]).
     fn splits(&self, node: &Node, capacity: usize) -> bool {
         let capacity = capacity as u64;
-        self.transport.kind() == TransportKind::Tcp
+        self.transport.kind().over_tcp()
             && self.cfg.split_get_min > 0
             && capacity >= self.cfg.split_get_min
             && capacity <= self.cfg.inline_get_max
@@ -990,9 +994,13 @@ impl Client {
     /// (see [`ClientConfig::inline_put_max`]); `None` when it goes by a
     /// one-sided read. `range` lies in `region` (`descs` checked it).
     fn inline_put<'a>(&self, region: &'a Region, range: Range<usize>) -> Option<&'a [u8]> {
-        if self.transport.kind() != TransportKind::Tcp
-            || range.len() as u64 > self.cfg.inline_put_max
-        {
+        if !self.transport.kind().over_tcp() {
+            return None;
+        }
+        // A TLS client without a certificate serves no pulls: everything
+        // goes inline, bounded by the node's max_request_size.
+        let serves_pulls = self.cfg.tls.as_ref().is_none_or(|t| t.cert_file.is_some());
+        if serves_pulls && range.len() as u64 > self.cfg.inline_put_max {
             return None;
         }
         let start = (region.addr() + range.start as u64) as *const u8;
@@ -1052,7 +1060,7 @@ impl Descs {
 /// except that a read which ended well within the lease's TTL (the node's
 /// clock is this host's) needs no confirmation (`Link::lease_still_live`).
 fn guarded(lease: &Lease) -> bool {
-    lease.src.transport == TransportKind::Tcp
+    lease.src.transport.over_tcp()
 }
 
 /// A `-NOCMA` reply: the request goes again, alone, over the network.

@@ -151,6 +151,38 @@ impl Tls {
     }
 }
 
+/// TLS of this client's data plane (`ClientConfig::tls`): nodes' `tls`
+/// descriptors are read with the CA and the client's certificate, and the
+/// listener the nodes pull PUT payloads from speaks TLS with that
+/// certificate, asking them for theirs. Without a certificate it serves
+/// nothing and every PUT goes inline (`Client::inline_put`).
+pub(crate) fn data_plane_tls(opts: &crate::TlsOptions) -> Result<strata_rdma::tcp::TcpTls> {
+    use strata_rdma::tcp::{TcpTls, TlsListen};
+    use strata_rdma::tls::{ClientAuth, ServerFiles};
+    let invalid = |e: strata_rdma::tls::TlsError| Error::Io(std::io::Error::other(e.to_string()));
+    let listen = match (&opts.cert_file, &opts.key_file) {
+        (Some(c), Some(k)) => TlsListen::Tls(
+            strata_rdma::tls::server_config(ServerFiles {
+                cert: pem("tls cert_file", c),
+                key: pem("tls key_file", k),
+                ca: Some(pem("tls ca_file", &opts.ca_file)),
+                auth: ClientAuth::Required,
+            })
+            .map_err(invalid)?,
+        ),
+        _ => TlsListen::Closed,
+    };
+    let server_name = match &opts.server_name {
+        Some(n) => Some(strata_rdma::tls::server_name(n)?),
+        None => None,
+    };
+    Ok(TcpTls {
+        listen,
+        dial: Some(Tls::load(opts)?.config),
+        server_name,
+    })
+}
+
 pub(crate) struct Conn {
     /// Plain TCP, or TLS (`ClientConfig::tls`).
     stream: Stream,

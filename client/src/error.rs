@@ -146,6 +146,9 @@ impl From<TransferError> for Error {
             e @ (TransferError::LengthMismatch { .. } | TransferError::Protocol(_)) => {
                 Self::Protocol(e.to_string())
             }
+            // A setup problem (certificates, a plaintext peer): the text
+            // says which.
+            e @ TransferError::Tls(_) => Self::Io(io::Error::other(e.to_string())),
         }
     }
 }

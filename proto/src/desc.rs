@@ -7,7 +7,8 @@
 //! tcp://127.0.0.1:7400/7f0012340000+1048576#9a3c01ee@17
 //! ```
 //!
-//! * `transport` is `tcp`, `rdma` or `cma`;
+//! * `transport` is `tcp`, `tls` (the same TCP data plane, every connection
+//!   to the endpoint TLS: a reader must handshake first), `rdma` or `cma`;
 //! * `endpoint` is `host:port` of the data-plane listener; `host` is a name or
 //!   IPv4 address (`[A-Za-z0-9._-]+`) or a bracketed IPv6 address. For `cma`
 //!   (cross-memory attach: the reader copies straight out of the owner
@@ -38,6 +39,8 @@ pub const DESC_LEN_MAX: usize = 256;
 pub enum TransportKind {
     /// One-sided reads emulated over TCP.
     Tcp,
+    /// The TCP data plane with every connection TLS.
+    Tls,
     /// RDMA READ over verbs.
     Rdma,
     /// Cross-memory attach between processes on one host.
@@ -49,9 +52,18 @@ impl TransportKind {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Tcp => "tcp",
+            Self::Tls => "tls",
             Self::Rdma => "rdma",
             Self::Cma => "cma",
         }
+    }
+}
+
+impl TransportKind {
+    /// Whether this is the TCP data plane, plaintext or TLS: the same
+    /// frames, reads checked by the owner as they are served.
+    pub const fn over_tcp(self) -> bool {
+        matches!(self, Self::Tcp | Self::Tls)
     }
 }
 
@@ -118,7 +130,7 @@ pub enum DescError {
     Invalid(Field),
     #[error("descriptor {0} does not fit in its type")]
     Overflow(Field),
-    #[error("unknown transport (expected tcp, rdma or cma)")]
+    #[error("unknown transport (expected tcp, tls, rdma or cma)")]
     UnknownTransport,
     #[error("descriptor addr + len overflows u64")]
     RangeOverflow,
@@ -297,6 +309,7 @@ fn parse_transport(cur: &mut Cursor<'_>) -> Result<TransportKind, DescError> {
     match cur.until(b"://") {
         None | Some(b"") => Err(DescError::Missing(Field::Transport)),
         Some(b"tcp") => Ok(TransportKind::Tcp),
+        Some(b"tls") => Ok(TransportKind::Tls),
         Some(b"rdma") => Ok(TransportKind::Rdma),
         Some(b"cma") => Ok(TransportKind::Cma),
         Some(_) => Err(DescError::UnknownTransport),
@@ -436,6 +449,7 @@ mod tests {
             "tcp://[::1]:65535/ffffffffffffffff+0#ffffffff@0",
             "tcp://h:7/0+18446744073709551615#0000000a@18446744073709551615",
             "tcp://[fe80::1:2]:80/10+1#deadbeef",
+            "tls://10.0.0.11:7380/7f0012340000+1048576#9a3c01ee@17",
             "cma://4242:918273/7f0012340000+4096#00000001@3",
             "cma://4294967295:18446744073709551615/0+0#00000000",
         ];
@@ -517,11 +531,8 @@ mod tests {
             .below((u64::MAX - addr).max(1))
             .min(if rng.below(2) == 0 { u64::MAX } else { 1 << 24 });
         Descriptor {
-            transport: if rng.below(2) == 0 {
-                TransportKind::Tcp
-            } else {
-                TransportKind::Rdma
-            },
+            transport: [TransportKind::Tcp, TransportKind::Tls, TransportKind::Rdma]
+                [rng.below(3) as usize],
             endpoint: random_endpoint(rng),
             addr,
             len,

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tcp::{TcpConfig, TcpStats, TcpTransport};
+use crate::tcp::{TcpConfig, TcpStats, TcpTls, TcpTransport};
 #[cfg(feature = "rdma")]
 use crate::verbs::{VerbsConfig, VerbsTransport};
 use crate::{Descriptor, ReadGuard, ReadOp, Region, TransferError, Transport, TransportKind};
@@ -61,6 +61,8 @@ pub struct Listen {
     pub tcp_congestion: Option<String>,
     /// See [`TcpConfig::stream_spin`] (zero: off).
     pub stream_spin: Duration,
+    /// TLS of the TCP data plane (not of RDMA, which has none).
+    pub tls: TcpTls,
 }
 
 impl DataPlane {
@@ -74,11 +76,13 @@ impl DataPlane {
         let advertise_host = listen.advertise_host;
         let congestion = listen.tcp_congestion;
         let stream_spin = listen.stream_spin;
+        let tls = listen.tls;
         let tcp = |advertise_host| async move {
             let cfg = TcpConfig {
                 advertise_host,
                 congestion,
                 stream_spin,
+                tls,
                 ..Default::default()
             };
             Ok(DataPlane::Tcp(TcpTransport::bind_with(addr, cfg).await?))

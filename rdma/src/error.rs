@@ -36,6 +36,10 @@ pub enum TransferError {
     /// The peer spoke something that is not this transport's wire format.
     #[error("transfer protocol violation: {0}")]
     Protocol(&'static str),
+    /// TLS on the data plane failed: a handshake (certificate, name,
+    /// timeout), or one side speaks TLS and the other does not.
+    #[error("data-plane TLS: {0}")]
+    Tls(String),
 }
 
 impl TransferError {
@@ -51,6 +55,7 @@ impl TransferError {
             Self::PeerClosed => "PEERCLOSED",
             Self::LengthMismatch { .. } => "LENGTH",
             Self::Protocol(_) => "PROTOCOL",
+            Self::Tls(_) => "TLS",
         }
     }
 }
@@ -75,6 +80,7 @@ impl TransferError {
                 got: *got,
             },
             Self::Protocol(s) => Self::Protocol(s),
+            Self::Tls(s) => Self::Tls(s.clone()),
         }
     }
 }

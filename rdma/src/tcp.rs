@@ -8,6 +8,11 @@
 //!
 //! A connection whose state is unknown (a read failed or timed out mid-way)
 //! is dropped, never returned to the pool.
+//!
+//! With [`TcpTls`] the listener speaks TLS (its descriptors say `tls`) and
+//! `tls` descriptors are read over TLS; the frames inside are the same. A
+//! plaintext reader on a TLS listener is answered `NEEDS_TLS` and closed,
+//! and every handshake is bounded by [`crate::tls::HANDSHAKE_TIMEOUT`].
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice};
@@ -17,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -24,6 +30,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::timeout;
 
 use crate::region::RegionTable;
+use crate::tls::{self, AcceptError, Stream};
 use crate::wire::{Request, Response, Status, REQUEST_LEN, RESPONSE_LEN};
 use crate::{Descriptor, ReadGuard, ReadOp, Region, TransferError, Transport, TransportKind};
 
@@ -88,6 +95,36 @@ pub struct TcpConfig {
     /// long passes with nothing arriving (see [`crate::spin`]; the node's
     /// `stream_poll_us`, the client's `stream_spin_us`). Zero: off.
     pub stream_spin: Duration,
+    /// TLS of the listener and of reads; default: none.
+    pub tls: TcpTls,
+}
+
+/// TLS on the TCP data plane.
+#[derive(Debug, Clone, Default)]
+pub struct TcpTls {
+    /// What the listener speaks.
+    pub listen: TlsListen,
+    /// How `tls` descriptors are read: the owner's certificate checked
+    /// against this configuration's CA, this side's own certificate shown
+    /// where the owner asks for one. `None`: they are refused.
+    pub dial: Option<Arc<tls::ClientConfig>>,
+    /// The name owners' certificates must carry; `None`: the host of each
+    /// descriptor's endpoint.
+    pub server_name: Option<ServerName<'static>>,
+}
+
+/// What a data-plane listener speaks.
+#[derive(Debug, Clone, Default)]
+pub enum TlsListen {
+    /// Plain TCP; descriptors say `tcp`.
+    #[default]
+    Plain,
+    /// TLS with this configuration; descriptors say `tls`.
+    Tls(Arc<tls::ServerConfig>),
+    /// Nothing: every connection is closed unanswered. A TLS party with no
+    /// certificate to serve with (an SDK client without one), whose
+    /// memory must not be readable in plaintext.
+    Closed,
 }
 
 impl Default for TcpConfig {
@@ -100,6 +137,7 @@ impl Default for TcpConfig {
             advertise_host: None,
             congestion: None,
             stream_spin: Duration::from_micros(crate::spin::STREAM_US_DEFAULT),
+            tls: TcpTls::default(),
         }
     }
 }
@@ -118,6 +156,9 @@ pub struct TcpStats {
     /// Reads the listener is serving now: admitted, last byte not yet
     /// handed to the socket.
     pub reads_in_progress: AtomicU64,
+    /// Incoming connections dropped for TLS: a plaintext reader on a TLS
+    /// listener, a failed or timed-out handshake.
+    pub tls_refused: AtomicU64,
 }
 
 /// Counts one read in [`TcpStats::reads_in_progress`] while it lives, so
@@ -159,7 +200,15 @@ impl Drop for TcpTransport {
 struct Peer {
     /// One permit per connection that may exist to this peer.
     slots: Arc<Semaphore>,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Stream>>,
+}
+
+impl Peer {
+    /// An idle connection of the kind `tls` asks for; one of the other
+    /// kind (the same endpoint named by both schemes) is dropped.
+    fn pooled(&self, tls: bool) -> Option<Stream> {
+        self.idle.lock().pop().filter(|c| c.is_tls() == tls)
+    }
 }
 
 impl TcpTransport {
@@ -190,6 +239,11 @@ impl TcpTransport {
             regions: Arc::clone(&regions),
             stats: Arc::clone(&stats),
             serve_timeout: config.serve_timeout,
+            tls: match &config.tls.listen {
+                TlsListen::Plain => Listening::Plain,
+                TlsListen::Tls(c) => Listening::Tls(tokio_rustls::TlsAcceptor::from(c.clone())),
+                TlsListen::Closed => Listening::Closed,
+            },
         };
         let listener = tokio::spawn(server.run(listener, config.served_conns_max)).abort_handle();
         tracing::debug!(%endpoint, "tcp data plane listening");
@@ -243,7 +297,31 @@ impl TcpTransport {
         Ok(peer)
     }
 
-    async fn connect(&self, endpoint: &str) -> Result<TcpStream, TransferError> {
+    /// A fresh connection to `endpoint`, TLS when `kind` says so.
+    async fn connect(&self, endpoint: &str, kind: TransportKind) -> Result<Stream, TransferError> {
+        let dial = match kind {
+            TransportKind::Tls => Some(self.config.tls.dial.as_ref().ok_or(
+                TransferError::BadDescriptor(
+                    "a tls descriptor, and this side has no TLS CA to check its owner with",
+                ),
+            )?),
+            _ => None,
+        };
+        let sock = self.connect_tcp(endpoint).await?;
+        let Some(config) = dial else {
+            return Ok(Stream::Plain(sock));
+        };
+        let name = match &self.config.tls.server_name {
+            Some(name) => name.clone(),
+            None => tls::server_name(endpoint)
+                .map_err(|_| TransferError::BadDescriptor("endpoint host is not a TLS name"))?,
+        };
+        tls::connect(config, name, sock, tls::HANDSHAKE_TIMEOUT)
+            .await
+            .map_err(|e| handshake_error(endpoint, e))
+    }
+
+    async fn connect_tcp(&self, endpoint: &str) -> Result<TcpStream, TransferError> {
         let addr = tokio::net::lookup_host(endpoint)
             .await?
             .next()
@@ -268,14 +346,14 @@ impl TcpTransport {
             .acquire()
             .await
             .map_err(|_| TransferError::Busy("peer pool closed"))?;
-        let pooled = peer.idle.lock().pop();
+        let pooled = peer.pooled(src.transport == TransportKind::Tls);
         let (mut conn, reused) = match pooled {
             Some(conn) => (conn, true),
-            None => (self.connect(&src.endpoint).await?, false),
+            None => (self.connect(&src.endpoint, src.transport).await?, false),
         };
         let outcome = match self.exchange(&mut conn, src, dst).await {
             Err(Broken::BeforeResponse(_)) if reused => {
-                conn = self.connect(&src.endpoint).await?;
+                conn = self.connect(&src.endpoint, src.transport).await?;
                 self.exchange(&mut conn, src, dst).await
             }
             other => other,
@@ -294,7 +372,7 @@ impl TcpTransport {
     /// dropped.
     async fn exchange(
         &self,
-        conn: &mut TcpStream,
+        conn: &mut Stream,
         src: &Descriptor,
         dst: &mut [u8],
     ) -> Result<Result<(), TransferError>, Broken> {
@@ -308,20 +386,22 @@ impl TcpTransport {
         let mut head = [0u8; RESPONSE_LEN];
         let sent = async {
             conn.write_all(&request.encode()).await?;
+            // TLS may hold the last record back until flushed.
+            conn.flush().await?;
             conn.read_exact(&mut head).await
         };
         sent.await.map_err(|e| Broken::BeforeResponse(e.into()))?;
         let response = Response::decode(&head).map_err(Broken::MidResponse)?;
-        // An owner that could not parse the frame answers BAD_REQUEST with
-        // id 0 (it could not read ours): report that, not an id mismatch.
-        let rejected = response.status == Status::BadRequest;
+        // An owner that could not read the frame answers BAD_REQUEST or
+        // NEEDS_TLS with id 0: report that, not an id mismatch.
+        let rejected = response.status.closes();
         if response.id != request.id && !(rejected && response.id == 0) {
             return Err(Broken::MidResponse(TransferError::Protocol(
                 "response id does not match the request",
             )));
         }
         if let Some(refused) = response.status.to_error(src.len, READ_LEN_MAX) {
-            // The owner closes the connection after BAD_REQUEST: drop it.
+            // The owner closes the connection after these: drop it.
             if rejected {
                 return Err(Broken::MidResponse(refused));
             }
@@ -360,8 +440,8 @@ impl TcpTransport {
         dst: &'a Region,
         dst_offset: u64,
     ) -> Result<&'a mut [u8], TransferError> {
-        if src.transport != TransportKind::Tcp {
-            return Err(TransferError::BadDescriptor("not a tcp descriptor"));
+        if !src.transport.over_tcp() {
+            return Err(TransferError::BadDescriptor("not a tcp or tls descriptor"));
         }
         if src.len > READ_LEN_MAX {
             return Err(TransferError::TooLarge {
@@ -431,7 +511,7 @@ impl TcpTransport {
     ) -> Vec<Result<(), TransferError>> {
         let mut results: Vec<Result<(), TransferError>> = ops.iter().map(|_| Ok(())).collect();
         // Per peer, in the caller's order (a batch names few peers).
-        let mut groups: Vec<(&str, Vec<Item<'a>>)> = Vec::new();
+        let mut groups: Vec<((&str, TransportKind), Vec<Item<'a>>)> = Vec::new();
         for (idx, op) in ops.iter().enumerate() {
             match self.destination(op.src, op.dst, op.dst_offset) {
                 Ok(dst) => {
@@ -440,9 +520,10 @@ impl TcpTransport {
                         src: op.src,
                         dst,
                     };
-                    match groups.iter_mut().find(|(e, _)| *e == op.src.endpoint) {
+                    let key = (op.src.endpoint.as_str(), op.src.transport);
+                    match groups.iter_mut().find(|(k, _)| *k == key) {
                         Some((_, items)) => items.push(item),
-                        None => groups.push((&op.src.endpoint, vec![item])),
+                        None => groups.push((key, vec![item])),
                     }
                 }
                 Err(e) => results[idx] = Err(e),
@@ -514,6 +595,7 @@ impl TcpTransport {
     /// a free slot only with `wait`) and writes all its requests.
     async fn send_run<'a>(&self, items: Vec<Item<'a>>, wait: bool) -> Sending<'a> {
         let endpoint = items[0].src.endpoint.clone();
+        let kind = items[0].src.transport;
         let peer = match self.peer(&endpoint) {
             Ok(p) => p,
             Err(e) => return Sending::Failed(e),
@@ -531,16 +613,17 @@ impl TcpTransport {
         let Some(permit) = permit else {
             return Sending::Failed(TransferError::Busy("peer pool closed"));
         };
-        let pooled = peer.idle.lock().pop();
+        let pooled = peer.pooled(kind == TransportKind::Tls);
         let (conn, reused) = match pooled {
             Some(conn) => (conn, true),
-            None => match self.connect(&endpoint).await {
+            None => match self.connect(&endpoint, kind).await {
                 Ok(c) => (c, false),
                 Err(e) => return Sending::Failed(e),
             },
         };
         let mut run = Run {
             endpoint,
+            kind,
             peer,
             _permit: permit,
             conn,
@@ -566,7 +649,7 @@ impl TcpTransport {
             None => run.receive().await,
         };
         if run.reused && results.is_empty() && matches!(broken, Some(Broken::BeforeResponse(_))) {
-            match self.connect(&run.endpoint).await {
+            match self.connect(&run.endpoint, run.kind).await {
                 Ok(fresh) => {
                     run.conn = fresh;
                     (results, broken) = match run.send(&self.next_id).await {
@@ -599,10 +682,11 @@ enum Sending<'a> {
 /// One peer's share of a batch on one connection.
 struct Run<'a> {
     endpoint: String,
+    kind: TransportKind,
     peer: Arc<Peer>,
     /// The connection's slot in the peer's pool, held until the run ends.
     _permit: OwnedSemaphorePermit,
-    conn: TcpStream,
+    conn: Stream,
     reused: bool,
     /// Request id of the first item; the others follow in order.
     first: u64,
@@ -625,7 +709,9 @@ impl Run<'_> {
             };
             frames.extend_from_slice(&request.encode());
         }
-        self.conn.write_all(&frames).await.map_err(Into::into)
+        self.conn.write_all(&frames).await?;
+        // TLS may hold the last record back until flushed.
+        self.conn.flush().await.map_err(Into::into)
     }
 
     /// Reads the responses in order. Returns the results of the reads
@@ -648,13 +734,13 @@ impl Run<'_> {
                 Err(e) => return (results, Some(Broken::MidResponse(e))),
             };
             let id = self.first + k as u64;
-            let rejected = response.status == Status::BadRequest;
+            let rejected = response.status.closes();
             if response.id != id && !(rejected && response.id == 0) {
                 let e = TransferError::Protocol("response id does not match the request");
                 return (results, Some(Broken::MidResponse(e)));
             }
             if let Some(refused) = response.status.to_error(item.src.len, READ_LEN_MAX) {
-                // The owner closes the connection after BAD_REQUEST.
+                // The owner closes the connection after these.
                 if rejected {
                     return (results, Some(Broken::MidResponse(refused)));
                 }
@@ -713,7 +799,10 @@ enum Broken {
 
 impl Transport for TcpTransport {
     fn kind(&self) -> TransportKind {
-        TransportKind::Tcp
+        match self.config.tls.listen {
+            TlsListen::Plain => TransportKind::Tcp,
+            TlsListen::Tls(_) | TlsListen::Closed => TransportKind::Tls,
+        }
     }
 
     fn endpoint(&self) -> &str {
@@ -777,6 +866,30 @@ struct Server {
     regions: Arc<RegionTable>,
     stats: Arc<TcpStats>,
     serve_timeout: Duration,
+    tls: Listening,
+}
+
+/// [`TlsListen`], ready to accept with.
+enum Listening {
+    Plain,
+    Tls(tokio_rustls::TlsAcceptor),
+    Closed,
+}
+
+/// What a failed TLS handshake with `endpoint` is reported as: a peer
+/// that answered with something other than TLS is most likely a
+/// plaintext data plane, and the message says so.
+fn handshake_error(endpoint: &str, e: io::Error) -> TransferError {
+    let not_tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::InvalidMessage(_)));
+    if not_tls {
+        return TransferError::Tls(format!(
+            "the data plane at {endpoint} does not speak TLS (a plaintext tcp data plane?): {e}"
+        ));
+    }
+    TransferError::Tls(format!("handshake with the data plane at {endpoint}: {e}"))
 }
 
 impl Server {
@@ -809,10 +922,13 @@ impl Server {
         }
     }
 
-    async fn serve(self: Arc<Self>, mut stream: TcpStream, peer: SocketAddr) {
-        if let Err(e) = stream.set_nodelay(true) {
+    async fn serve(self: Arc<Self>, sock: TcpStream, peer: SocketAddr) {
+        if let Err(e) = sock.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "set_nodelay failed");
         }
+        let Some(mut stream) = self.open(sock, peer).await else {
+            return;
+        };
         loop {
             let mut head = [0u8; REQUEST_LEN];
             match timeout(self.serve_timeout, stream.read_exact(&mut head)).await {
@@ -836,9 +952,37 @@ impl Server {
         }
     }
 
+    /// The connection as this listener speaks it, after the TLS handshake
+    /// where there is one; `None`: it is refused (and closed).
+    async fn open(&self, sock: TcpStream, peer: SocketAddr) -> Option<Stream> {
+        let acceptor = match &self.tls {
+            Listening::Plain => return Some(Stream::Plain(sock)),
+            Listening::Closed => return None,
+            Listening::Tls(acceptor) => acceptor,
+        };
+        let refused = match tls::accept(acceptor, sock, tls::HANDSHAKE_TIMEOUT).await {
+            Ok(stream) => return Some(stream),
+            Err(AcceptError::Plaintext(mut sock)) => {
+                let head = Response {
+                    status: Status::NeedsTls,
+                    id: 0,
+                    len: 0,
+                }
+                .encode();
+                // Best effort: the reader learns why, if it still listens.
+                let _ = timeout(self.serve_timeout, sock.write_all(&head)).await;
+                AcceptError::Plaintext(sock)
+            }
+            Err(e) => e,
+        };
+        self.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%peer, error = %refused, "data-plane TLS refused");
+        None
+    }
+
     /// Answers one request. `Ok(false)`: the frame was malformed, the
     /// connection must close after the refusal.
-    async fn answer(&self, stream: &mut TcpStream, head: &[u8; REQUEST_LEN]) -> io::Result<bool> {
+    async fn answer(&self, stream: &mut Stream, head: &[u8; REQUEST_LEN]) -> io::Result<bool> {
         let request = match Request::decode(head) {
             Ok(r) => r,
             Err(status) => {
@@ -882,16 +1026,17 @@ impl Server {
         Ok(true)
     }
 
-    async fn refuse(&self, stream: &mut TcpStream, status: Status, id: u64) -> io::Result<()> {
+    async fn refuse(&self, stream: &mut Stream, status: Status, id: u64) -> io::Result<()> {
         self.stats.reads_refused.fetch_add(1, Ordering::Relaxed);
         let head = Response { status, id, len: 0 }.encode();
-        stream.write_all(&head).await
+        stream.write_all(&head).await?;
+        stream.flush().await
     }
 }
 
 /// Writes header and payload with as few syscalls as possible (one, for
 /// small values), straight from region memory.
-async fn write_all2(stream: &mut TcpStream, head: &[u8], payload: &[u8]) -> io::Result<()> {
+async fn write_all2(stream: &mut Stream, head: &[u8], payload: &[u8]) -> io::Result<()> {
     let mut slices = [IoSlice::new(head), IoSlice::new(payload)];
     let mut bufs = &mut slices[..];
     while !bufs.is_empty() {
@@ -901,5 +1046,6 @@ async fn write_all2(stream: &mut TcpStream, head: &[u8], payload: &[u8]) -> io::
         }
         IoSlice::advance_slices(&mut bufs, n);
     }
-    Ok(())
+    // TLS may hold the last record back until flushed.
+    stream.flush().await
 }

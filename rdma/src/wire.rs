@@ -23,6 +23,9 @@ pub(crate) enum Status {
     TooLarge = 4,
     Gone = 5,
     BadRequest = 6,
+    /// The listener speaks TLS and the reader sent plaintext; sent with
+    /// id 0 before the listener closes the connection.
+    NeedsTls = 7,
 }
 
 impl Status {
@@ -35,6 +38,7 @@ impl Status {
             4 => Self::TooLarge,
             5 => Self::Gone,
             6 => Self::BadRequest,
+            7 => Self::NeedsTls,
             _ => return None,
         })
     }
@@ -49,7 +53,17 @@ impl Status {
             Self::Gone => Denied::Gone.into(),
             Self::TooLarge => TransferError::TooLarge { len, max: len_max },
             Self::BadRequest => TransferError::Protocol("peer rejected the request frame"),
+            Self::NeedsTls => TransferError::Tls(
+                "the data plane at this endpoint speaks TLS, and the descriptor said tcp (plaintext)"
+                    .into(),
+            ),
         })
+    }
+
+    /// The owner could not read the request (it answers with id 0) and
+    /// closes the connection after this answer.
+    pub(crate) fn closes(self) -> bool {
+        matches!(self, Self::BadRequest | Self::NeedsTls)
     }
 }
 

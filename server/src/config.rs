@@ -54,6 +54,10 @@ const KEYS: &[(&str, &str)] = &[
         "node-to-node calls over TLS, and the TLS port advertised to clients (yes or no; default yes when port is 0)",
     ),
     (
+        "tls_data_plane",
+        "payloads over the TCP data plane in TLS (yes or no; default as tls_cluster, no with protocol rdma)",
+    ),
+    (
         "metrics_port",
         "HTTP port for /metrics and /health (0 = off; default port + 2000)",
     ),
@@ -203,6 +207,9 @@ pub struct Cli {
     /// Node-to-node calls over TLS, TLS port advertised [default: yes when port is 0, else no].
     #[arg(long, env = "STRATA_TLS_CLUSTER")]
     tls_cluster: Option<String>,
+    /// The TCP data plane (payloads, replicas' copies) over TLS [default: as --tls-cluster; no with protocol rdma].
+    #[arg(long, env = "STRATA_TLS_DATA_PLANE")]
+    tls_data_plane: Option<String>,
     /// HTTP port of /metrics and /health; 0 disables [default: port + 2000].
     #[arg(long, env = "STRATA_METRICS_PORT")]
     metrics_port: Option<String>,
@@ -357,6 +364,7 @@ impl Cli {
             ("tls_ca_cert_file", self.tls_ca_cert_file.as_ref()),
             ("tls_auth_clients", self.tls_auth_clients.as_ref()),
             ("tls_cluster", self.tls_cluster.as_ref()),
+            ("tls_data_plane", self.tls_data_plane.as_ref()),
             ("metrics_port", self.metrics_port.as_ref()),
             ("data_port", self.data_port.as_ref()),
             ("lease_ttl_ms", self.lease_ttl_ms.as_ref()),
@@ -439,6 +447,9 @@ pub struct Config {
     /// Peers are called over TLS on their TLS port, which is the RESP
     /// address this node advertises (in etcd, `CLUSTER SLOTS`, `-MOVED`).
     pub tls_cluster: bool,
+    /// The data-plane listener speaks TLS (descriptors say `tls`) and
+    /// plaintext (`tcp`) descriptors are refused. See `crate::tls`.
+    pub tls_data_plane: bool,
     pub metrics_port: u16,
     pub data_port: u16,
     pub lease_ttl_ms: u64,
@@ -567,6 +578,7 @@ impl Default for Config {
             tls_ca_cert_file: String::new(),
             tls_auth_clients: String::new(),
             tls_cluster: false,
+            tls_data_plane: false,
             metrics_port: 9379,
             data_port: 7380,
             lease_ttl_ms: 5_000,
@@ -718,7 +730,12 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
         }
     }
     let set = |name: &str| raw.iter().any(|(k, _)| k == name);
-    crate::tls::resolve(&mut cfg, set("tls_cluster"), &mut errors);
+    crate::tls::resolve(
+        &mut cfg,
+        set("tls_cluster"),
+        set("tls_data_plane"),
+        &mut errors,
+    );
     if let Err(e) = follow_port(&mut cfg, set("data_port"), set("metrics_port")) {
         errors.push(e);
     }
@@ -950,6 +967,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             cfg.tls_auth_clients = v.into();
         }
         "tls_cluster" => cfg.tls_cluster = boolean(v)?,
+        "tls_data_plane" => cfg.tls_data_plane = boolean(v)?,
         "etcd_ca_cert_file" => cfg.etcd_ca_cert_file = path(v)?,
         "etcd_cert_file" => cfg.etcd_cert_file = path(v)?,
         "etcd_key_file" => cfg.etcd_key_file = path(v)?,
@@ -1113,6 +1131,7 @@ impl Config {
             ("tls_ca_cert_file", self.tls_ca_cert_file.clone()),
             ("tls_auth_clients", self.tls_auth_clients.clone()),
             ("tls_cluster", yes_no(self.tls_cluster)),
+            ("tls_data_plane", yes_no(self.tls_data_plane)),
             ("metrics_port", self.metrics_port.to_string()),
             ("data_port", self.data_port.to_string()),
             ("lease_ttl_ms", self.lease_ttl_ms.to_string()),

@@ -124,6 +124,7 @@ impl Node {
             advertise_host: Some(cfg.advertise_host.clone()),
             tcp_congestion: tcp_congestion.clone(),
             stream_spin: cfg.stream_poll(),
+            tls: crate::tls::data_plane(&cfg).context("data-plane TLS (tls_data_plane)")?,
         };
         let transport = DataPlane::start(data_addr, &cfg.data_protocol(), listen)
             .await

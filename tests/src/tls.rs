@@ -1,6 +1,7 @@
 //! Certificates for the TLS tests, made by the openssl CLI in a temporary
 //! directory: a CA, a node certificate (server and client use) for the
-//! given names, a client certificate, and a second CA's client
+//! given names, a client certificate (also for 127.0.0.1, where its data
+//! plane serves the nodes' pulls), and a second CA's client
 //! certificate that nodes must refuse. Also a node started with its
 //! plaintext port off, waited for over TLS with redis-cli.
 
@@ -95,7 +96,14 @@ impl Certs {
             san.join(",")
         );
         issue(p, "node", Some("ca"), &node_ext);
-        issue(p, "client", Some("ca"), "extendedKeyUsage=clientAuth\n");
+        // The client serves its data plane to the nodes that pull its PUT
+        // payloads: a server certificate for its address too.
+        issue(
+            p,
+            "client",
+            Some("ca"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        );
         issue(p, "rogue-ca", None, "");
         issue(
             p,

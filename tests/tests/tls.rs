@@ -162,6 +162,19 @@ fn bad_tls_settings_stop_the_node_naming_the_key() {
         "tls_auth_clients: yes needs tls_ca_cert_file",
     );
     refused(
+        &[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &crt,
+            "--tls-key-file",
+            &key,
+            "--tls-data-plane",
+            "yes",
+        ],
+        "tls_data_plane: needs tls_ca_cert_file",
+    );
+    refused(
         &["--etcd-ca-cert-file", "/nonexistent.pem"],
         "etcd_ca_cert_file: /nonexistent.pem",
     );
@@ -207,6 +220,10 @@ fn a_tls_only_cluster_replicates_and_redirects_over_tls() {
                 &format!("host{i}"),
                 "--cpu-memory-pool-size",
                 "64MiB",
+                // Copies between processes of one host would otherwise
+                // skip the network (cross-memory attach).
+                "--cma",
+                "off",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -263,6 +280,24 @@ fn a_tls_only_cluster_replicates_and_redirects_over_tls() {
         copies(),
         2 * KEYS
     );
+    // ... and its bytes over the TLS data plane (implied by port 0), none
+    // in plaintext.
+    let pulled = |transport: &str| -> u64 {
+        let field = format!("transfer_replica_{transport}_count");
+        nodes
+            .iter()
+            .map(|n| {
+                let out = text(&certs.cli(n.tls_port, &["info", "stats"]));
+                strata_tests::info_value(&out, &field).unwrap_or(0)
+            })
+            .sum()
+    };
+    assert!(
+        pulled("tls") >= KEYS as u64,
+        "tls copies: {}",
+        pulled("tls")
+    );
+    assert_eq!(pulled("tcp"), 0, "copies in plaintext");
 }
 
 #[test]

@@ -91,11 +91,8 @@ fn lease(
                 "cross-memory attach is not set up on this connection (STRATA.CMA)",
             ));
         }
-    } else if dst.transport != ctx.node.transport.kind() {
-        return Err(crate::errors::wrong_transport(
-            dst.transport,
-            ctx.node.transport.kind(),
-        ));
+    } else {
+        super::network_desc(ctx.node, dst.transport, false)?;
     }
     let value = match look_up(ctx, key) {
         Ok(v) => v,

@@ -563,6 +563,30 @@ pub fn desc_arg(b: &[u8]) -> Result<strata_rdma::Descriptor, CommandError> {
         .map_err(|e| CommandError::new(ErrorCode::BadDesc, format!("descriptor: {e}")))
 }
 
+/// Checks a network descriptor's transport against this node's data
+/// plane. Its own kind always fits. A plaintext (`tcp`) node also takes
+/// `tls` ones: a GET's destination is never dialled over TCP, and a
+/// `pulled` one (a PUT's source, a replica's) is read over TLS where the
+/// node has a CA and certificate to do so. A TLS node (`tls_data_plane`)
+/// refuses plaintext ones: its payloads are never sent in the clear.
+pub fn network_desc(
+    node: &Node,
+    kind: strata_rdma::TransportKind,
+    pulled: bool,
+) -> Result<(), CommandError> {
+    use strata_rdma::{Transport, TransportKind as K};
+    let own = node.transport.kind();
+    let dials = !pulled || crate::tls::dials_data_plane(&node.cfg);
+    let msg = match (own, kind) {
+        _ if kind == own => return Ok(()),
+        (K::Tcp, K::Tls) if dials => return Ok(()),
+        (K::Tls, K::Tcp) => "this node's data plane speaks TLS (tls_data_plane yes) and refuses a plaintext tcp descriptor: connect with TLS (the SDKs' tls options)".to_string(),
+        (K::Tcp, K::Tls) => "a tls descriptor, and this node has no tls_ca_cert_file, tls_cert_file and tls_key_file to read it with".to_string(),
+        _ => return Err(crate::errors::wrong_transport(kind, own)),
+    };
+    Err(CommandError::new(ErrorCode::BadDesc, msg))
+}
+
 /// Copies a key out of the request buffer: a stored key must not keep the
 /// whole read buffer it arrived in alive.
 pub fn own_key(key: &Bytes) -> Bytes {

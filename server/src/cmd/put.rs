@@ -108,11 +108,8 @@ pub fn prepare(
                 "the cma descriptor names a process that has not proven itself on this connection (STRATA.CMA)",
             ));
         }
-    } else if desc.transport != node.transport.kind() {
-        return Err(crate::errors::wrong_transport(
-            desc.transport,
-            node.transport.kind(),
-        ));
+    } else {
+        super::network_desc(node, desc.transport, true)?;
     }
     if desc.epoch.is_some() {
         return Err(CommandError::new(

@@ -13,7 +13,6 @@
 
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};
-use strata_rdma::Transport;
 
 use super::put::pull;
 use super::{desc_arg, int_arg, own_key, store_error, Ctx, Out};
@@ -37,7 +36,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         return Reply::Ok.into();
     }
     let desc = match desc_arg(&args[2]) {
-        Ok(d) if d.transport == node.transport.kind() && d.epoch.is_some() => d,
+        Ok(d) if super::network_desc(node, d.transport, true).is_ok() && d.epoch.is_some() => d,
         Ok(_) => {
             return CommandError::new(
                 ErrorCode::BadDesc,

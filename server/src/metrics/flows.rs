@@ -49,12 +49,17 @@ impl Direction {
     }
 }
 
-pub const TRANSPORTS: [TransportKind; 3] =
-    [TransportKind::Tcp, TransportKind::Rdma, TransportKind::Cma];
+pub const TRANSPORTS: [TransportKind; 4] = [
+    TransportKind::Tcp,
+    TransportKind::Tls,
+    TransportKind::Rdma,
+    TransportKind::Cma,
+];
 
 fn transport_name(t: TransportKind) -> &'static str {
     match t {
         TransportKind::Tcp => "tcp",
+        TransportKind::Tls => "tls",
         TransportKind::Rdma => "rdma",
         TransportKind::Cma => "cma",
     }
@@ -87,7 +92,7 @@ impl Transfers {
             Some(Unit::Bytes),
             "Payload bytes moved by the data plane, by direction (in: pulled for PUT, out: leased to GET, replica: pulled as a replica copy) and transport.".into(),
         );
-        let mut flows = Vec::with_capacity(9);
+        let mut flows = Vec::with_capacity(Direction::ALL.len() * TRANSPORTS.len());
         for direction in Direction::ALL {
             for t in TRANSPORTS {
                 let labels = || {
