@@ -13,7 +13,7 @@
 #     kill -9 of the PUT source mid-transfer, kill -9 of a node mid-GET;
 #   - python/tests/rdma/vm_sdk.py: the Python SDK (a wheel built with the
 #     rdma feature) with protocol="rdma" against an rdma node, byte-exact
-#     up to 32 MiB, and the error a TCP client gets from that node;
+#     up to 4 MiB, and the error a TCP client gets from that node;
 #   - ib_read_bw and strata's READ throughput over the same devices, and
 #     prints their ratio (docs/BENCHMARKS.md records it).
 # Exits non-zero if anything fails, the VM included: it never skips.
