@@ -291,7 +291,7 @@ pub struct Cli {
     /// etcd lease of this node's record, in seconds [default: 5].
     #[arg(long, env = "STRATA_NODE_TTL_S")]
     node_ttl_s: Option<String>,
-    /// Longest a node serves without fresh proof that it owns its slots; peers take over a dead or cut-off node's slots this long after they find it gone [default: 500].
+    /// Longest a node serves without fresh proof that it owns its slots; peers take over a dead or cut-off node's slots this long after they find it gone [default: 2000].
     #[arg(long, env = "STRATA_FENCE_MS")]
     fence_ms: Option<String>,
     /// Directory of the NVMe tier's files; empty = a temporary one, lost at stop.
@@ -606,7 +606,7 @@ impl Default for Config {
             host_name: String::new(),
             replica_num: 1,
             node_ttl_s: 5,
-            fence_ms: 500,
+            fence_ms: 2000,
             ssd_path: String::new(),
             ssd_pool_size: DEFAULT_SSD_POOL,
             ssd_max_value_size: DEFAULT_SSD_MAX_VALUE,
