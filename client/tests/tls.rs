@@ -32,15 +32,21 @@ fn config(certs: &Certs, port: u16, identity: bool, ca: &str) -> ClientConfig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn puts_and_gets_over_tls_with_a_client_certificate() {
+/// Certificates, a free port and a TLS-only node with a 64 MiB pool on it.
+fn small_tls_node() -> (Certs, u16, TlsNode) {
     let certs = Certs::make(&[]);
     let port = strata_tests::free_port();
-    let _node = TlsNode::start(
+    let node = TlsNode::start(
         &certs,
         port,
         &["--cpu-memory-pool-size".into(), "64MiB".into()],
     );
+    (certs, port, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_and_gets_over_tls_with_a_client_certificate() {
+    let (certs, port, _node) = small_tls_node();
     let c = Client::connect_with(config(&certs, port, true, "ca.crt"))
         .await
         .expect("connect over TLS");
@@ -60,13 +66,7 @@ async fn puts_and_gets_over_tls_with_a_client_certificate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_a_certificate_or_the_ca_is_refused() {
-    let certs = Certs::make(&[]);
-    let port = strata_tests::free_port();
-    let _node = TlsNode::start(
-        &certs,
-        port,
-        &["--cpu-memory-pool-size".into(), "64MiB".into()],
-    );
+    let (certs, port, _node) = small_tls_node();
     let no_cert = Client::connect_with(config(&certs, port, false, "ca.crt")).await;
     assert!(no_cert.is_err(), "a client without a certificate got in");
     let wrong_ca = Client::connect_with(config(&certs, port, true, "rogue-ca.crt")).await;
