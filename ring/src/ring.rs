@@ -161,6 +161,9 @@ pub struct Ring {
     /// Slots are finite, so every lookup is resolved once at build time.
     /// Empty when the ring has no nodes.
     slot_points: Vec<usize>,
+    /// Distinct hosts among `nodes`: [`Ring::replicas`] stops its lap over
+    /// the points for new hosts once it has one node of each.
+    hosts: usize,
 }
 
 impl Ring {
@@ -176,10 +179,12 @@ impl Ring {
         }
 
         let (clockwise, slot_points) = place(&nodes);
+        let hosts = distinct_hosts(&nodes);
         Ring {
             nodes,
             clockwise,
             slot_points,
+            hosts,
         }
     }
 
@@ -231,10 +236,13 @@ impl Ring {
             (0..self.clockwise.len())
                 .map(|step| &self.nodes[self.clockwise[(start + step) % self.clockwise.len()]])
         };
-        // Hosts first: one lap at most, after that no new host can appear.
+        // Hosts first: one lap at most, after that no new host can appear,
+        // and none once every host has a node chosen (on a ring of one host
+        // that is at once, not after a lap over every point of every slot).
+        let by_host = want.min(self.hosts);
         for node in lap() {
-            if chosen.len() == want {
-                return chosen;
+            if chosen.len() == by_host {
+                break;
             }
             if chosen.iter().all(|c| c.host != node.host) {
                 chosen.push(node);
@@ -254,10 +262,7 @@ impl Ring {
 
     /// How many distinct hosts (failure domains) the ring spans.
     pub fn hosts(&self) -> usize {
-        let mut hosts: Vec<&str> = self.nodes.iter().map(|n| n.host.as_str()).collect();
-        hosts.sort_unstable();
-        hosts.dedup();
-        hosts.len()
+        self.hosts
     }
 
     /// All slots as maximal runs with one owner, in slot order, covering
@@ -287,6 +292,13 @@ impl Ring {
             .filter(|&slot| old.owner(slot).map(|n| &n.id) != new.owner(slot).map(|n| &n.id))
             .collect()
     }
+}
+
+fn distinct_hosts(nodes: &[NodeRecord]) -> usize {
+    let mut hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    hosts.len()
 }
 
 /// Kept short: a ring holds tens of thousands of entries nobody wants in a log.
@@ -550,6 +562,55 @@ mod tests {
             assert_eq!(two.len(), 2, "slot {slot}");
             assert_eq!(Some(two[0]), ring.owner(slot));
             assert_ne!(two[0].id, two[1].id);
+        }
+    }
+
+    /// The placement rule spelled out the slow way: a full lap for new
+    /// hosts, then one for new nodes.
+    fn replicas_by_full_laps(ring: &Ring, slot: u16, n: usize) -> Vec<String> {
+        let start = ring.slot_points[usize::from(slot)];
+        let lap: Vec<&NodeRecord> = (0..ring.clockwise.len())
+            .map(|step| &ring.nodes[ring.clockwise[(start + step) % ring.clockwise.len()]])
+            .collect();
+        let mut chosen: Vec<&NodeRecord> = Vec::new();
+        for node in &lap {
+            if chosen.len() < n && chosen.iter().all(|c| c.host != node.host) {
+                chosen.push(node);
+            }
+        }
+        for node in &lap {
+            if chosen.len() < n && chosen.iter().all(|c| c.id != node.id) {
+                chosen.push(node);
+            }
+        }
+        chosen.iter().map(|c| c.id.clone()).collect()
+    }
+
+    #[test]
+    fn stopping_the_host_lap_early_places_as_the_full_laps_do() {
+        // One host; hosts of one, two and three nodes; every node its own.
+        let layouts: [&[usize]; 3] = [&[0, 0, 0], &[0, 1, 1, 2, 2, 2], &[0, 1, 2, 3]];
+        for hosts in layouts {
+            let nodes: Vec<NodeRecord> = hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| node(&format!("n{i}"), &format!("host-{h}"), (i as u64 + 1) * GIB))
+                .collect();
+            let ring = Ring::new(nodes);
+            for slot in (0..SLOTS).step_by(61) {
+                for n in 1..=hosts.len() + 1 {
+                    let got: Vec<String> = ring
+                        .replicas(slot, n)
+                        .iter()
+                        .map(|c| c.id.clone())
+                        .collect();
+                    assert_eq!(
+                        got,
+                        replicas_by_full_laps(&ring, slot, n),
+                        "{hosts:?} slot {slot} n {n}"
+                    );
+                }
+            }
         }
     }
 
