@@ -30,6 +30,8 @@ command -v curl >/dev/null || pkgs+=(curl)
 command -v ss >/dev/null || pkgs+=(iproute2)
 # iptables: the network bed's faults (tests/bed/faults.py).
 command -v iptables >/dev/null || pkgs+=(iptables)
+# openssl: the TLS tests make their certificates with it.
+command -v openssl >/dev/null || pkgs+=(openssl)
 # SGLang JIT-builds a small C++ extension in the engine tests.
 command -v g++ >/dev/null || pkgs+=(g++)
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -113,6 +115,15 @@ $SUDO env STRATA_SERVER="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTH
 step "network bed: faults (cut, isolate, loss, kill -9) with a linearizability check (tests/bed/faults.py)"
 $SUDO env STRATA_SERVER_BIN="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTHON="$VENV/bin/python" \
   "$VENV/bin/python" tests/bed/faults.py
+
+# --- 4b4. A TLS cluster across the bed's hosts ----------------------------------
+# The documented cluster with the TLS section's flags on every node (a
+# certificate per node address, client certificates required, tls_cluster):
+# the SDK and redis-cli --tls -c from the engine hosts, the data plane and
+# the replicas' copies in TLS, reads after a kill -9 (tests/bed/tls.py).
+step "network bed: a TLS cluster, SDK and redis-cli across hosts (tests/bed/tls.py)"
+$SUDO env STRATA_SERVER_BIN="$CARGO_TARGET_DIR/debug/strata-server" STRATA_TEST_PYTHON="$VENV/bin/python" \
+  "$VENV/bin/python" tests/bed/tls.py
 
 # --- 4c. The engine adapters, driven by the engines themselves ----------------
 # LMCache and SGLang from PyPI (pinned in python/tests/engines/requirements*.txt)

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use strata_client::{Client, ClientConfig, Error, Protocol, BATCH_MAX};
+use strata_client::{Client, ClientConfig, Error, Protocol, TlsOptions, BATCH_MAX};
 
 use crate::driver::Driver;
 use crate::errors::{error_value, internal, invalid, to_pyerr};
@@ -96,6 +96,38 @@ fn data_plane(protocol: &str, device: Option<String>, fallback_tcp: bool) -> PyR
     }
 }
 
+/// TLS to the nodes when `ca_file` is given (empty counts as not given);
+/// a certificate, its key or a server name without a CA is refused, as is
+/// a certificate without its key.
+fn tls_options(
+    ca_file: Option<String>,
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    server_name: Option<String>,
+) -> PyResult<Option<TlsOptions>> {
+    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let (cert_file, key_file, server_name) =
+        (given(cert_file), given(key_file), given(server_name));
+    let Some(ca_file) = given(ca_file) else {
+        if cert_file.is_some() || key_file.is_some() || server_name.is_some() {
+            return Err(invalid(
+                "tls_cert_file, tls_key_file and tls_server_name need tls_ca_file \
+                 (the CA that signs the nodes' certificates), which turns TLS on",
+            ));
+        }
+        return Ok(None);
+    };
+    if cert_file.is_some() != key_file.is_some() {
+        return Err(invalid("tls_cert_file and tls_key_file go together"));
+    }
+    Ok(Some(TlsOptions {
+        ca_file: ca_file.into(),
+        cert_file: cert_file.map(Into::into),
+        key_file: key_file.map(Into::into),
+        server_name,
+    }))
+}
+
 #[pymethods]
 impl NativeClient {
     #[new]
@@ -108,7 +140,8 @@ impl NativeClient {
                         stream_spin_us=strata_client::DEFAULT_STREAM_SPIN_US,
                         echo_spin_us=strata_client::DEFAULT_ECHO_SPIN_US,
                         data_advertise=None, protocol="tcp", rdma_device=None,
-                        rdma_fallback_tcp=false))]
+                        rdma_fallback_tcp=false, tls_ca_file=None, tls_cert_file=None,
+                        tls_key_file=None, tls_server_name=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -133,6 +166,10 @@ impl NativeClient {
         protocol: &str,
         rdma_device: Option<String>,
         rdma_fallback_tcp: bool,
+        tls_ca_file: Option<String>,
+        tls_cert_file: Option<String>,
+        tls_key_file: Option<String>,
+        tls_server_name: Option<String>,
     ) -> PyResult<Self> {
         if seeds.is_empty() {
             return Err(invalid("at least one seed address is required"));
@@ -158,6 +195,7 @@ impl NativeClient {
         };
         cfg.data_advertise = data_advertise.filter(|host| !host.trim().is_empty());
         cfg.protocol = data_plane(protocol, rdma_device, rdma_fallback_tcp)?;
+        cfg.tls = tls_options(tls_ca_file, tls_cert_file, tls_key_file, tls_server_name)?;
         cfg.retry_attempts = retry_attempts;
         cfg.timeout = Duration::from_millis(timeout_ms);
         cfg.failover_enabled = failover;

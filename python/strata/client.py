@@ -58,6 +58,10 @@ class Client:
             c.protocol,
             c.rdma_device,
             c.rdma_fallback_tcp,
+            c.tls_ca_file,
+            c.tls_cert_file,
+            c.tls_key_file,
+            c.tls_server_name,
         )
 
     # -- lifecycle ---------------------------------------------------------

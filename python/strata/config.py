@@ -76,6 +76,15 @@ class ClientConfig:
     (``mlx5_0``, ``rxe0``; empty: the first active one with a RoCEv2 GID).
     ``rdma_fallback_tcp``: start on TCP, with one warning, where no RDMA
     device works (the nodes must then speak TCP too).
+    ``tls_ca_file``: PEM CA certificates that sign the nodes' certificates;
+    set, the client speaks TLS to the nodes' TLS ports (the seeds must be
+    those ports: a cluster with ``tls_cluster yes`` advertises them) and,
+    where the nodes use ``tls_data_plane``, on the data plane too; empty
+    (default): plain TCP. ``tls_cert_file`` / ``tls_key_file``: this
+    client's PEM certificate and key, for nodes that ask for one
+    (``tls_auth_clients``) and for the node to pull PUTs from this client
+    over TLS. ``tls_server_name``: the name the nodes' certificates must
+    carry; empty: the host of each node's address.
     """
 
     seeds: List[str] = field(default_factory=lambda: ["127.0.0.1:7379"])
@@ -101,6 +110,10 @@ class ClientConfig:
     protocol: str = "tcp"
     rdma_device: str = ""
     rdma_fallback_tcp: bool = False
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_server_name: str = ""
 
     @classmethod
     def from_env(cls, prefix: str = "STRATA_") -> "ClientConfig":

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 from servers import ROOT, server_binary
 
@@ -56,12 +56,23 @@ def on_bed(command: str, etcd_ip: str, own_ip: str = "") -> List[str]:
 
 
 class BedCluster:
-    def __init__(self) -> None:
+    """``node_args(host, work_dir)``: flags added to the documented node
+    command on each node host (e.g. TLS files made in ``work_dir``, which
+    ``prepare(work_dir)`` may fill first)."""
+
+    def __init__(self, node_args: Callable[[str, str], List[str]] = lambda host, work: [],
+                 prepare: Callable[[str], None] = lambda work: None) -> None:
         if os.geteuid() != 0:
             raise PermissionError("the network bed needs root (network namespaces)")
         self.work = tempfile.TemporaryDirectory(prefix="strata-bed-", dir="/var/tmp")
         self.procs: List[subprocess.Popen] = []
+        self.node_args = node_args
         subprocess.run([str(BED), "up"], check=True, timeout=60)
+        try:
+            prepare(self.work.name)
+        except BaseException:
+            self.stop()
+            raise
         try:
             self._start()
         except BaseException:
@@ -81,7 +92,7 @@ class BedCluster:
         self.node_argv = {}
         for n in NODES:
             argv = on_bed(docs["node"], self.etcd_ip, bed_ip(n))
-            self.node_argv[n] = [binary, *argv[1:]]
+            self.node_argv[n] = [binary, *argv[1:], *self.node_args(n, self.work.name)]
             self._spawn(n, self.node_argv[n])
         self.wait_ring(3)
         self.seeds = f"{bed_ip('node1')}:7379"
