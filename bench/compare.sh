@@ -44,7 +44,8 @@ SPIN_US=${SPIN_US:-0}
 # PIN=S:C runs every server (strata node, Redis, Mooncake's master and
 # holder, iperf3 -s) on CPU S and every client on CPU C, the same for all
 # systems: on a 2-vCPU VM the scheduler otherwise puts client and server
-# on one CPU now and then, which shows as ~1 ms tails (BENCHMARKS §2).
+# on one CPU now and then, which shows as long tails
+# (docs/bench-notes/compare-runs.md).
 PIN=${PIN:-}
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
@@ -76,8 +77,8 @@ trap cleanup EXIT
 # With PIN: how long one cache line takes from the server's CPU to the
 # client's and back, before each client run (bench/examples/pingpong.rs),
 # so that a round run while the host had put the two vCPUs in different
-# L3 domains (every loopback transfer slower, BENCHMARKS §2j) can be told
-# from the others. One JSON line per sample in $PROBES.
+# L3 domains (every loopback transfer slower, docs/bench-notes/l3-domains.md)
+# can be told from the others. One JSON line per sample in $PROBES.
 PROBES=$OUT/probe.jsonl
 probe() { # system
     [[ -n $PIN ]] || return 0

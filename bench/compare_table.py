@@ -128,7 +128,7 @@ def probes(path):
     low = [n for n in ns if n < cut]
     high = [n for n in ns if n >= cut]
     print(f"low {min(low)}-{max(low)} ns, high {min(high)}-{max(high)} ns (vCPUs in different L3 domains, "
-          "docs/BENCHMARKS.md §2j). Samples at the high level / samples, per round and system:")
+          "docs/bench-notes/l3-domains.md). Samples at the high level / samples, per round and system:")
     print(f"{'round':>6} | " + " | ".join(f"{s:>10}" for s in systems) + " | all")
     for rnd in sorted({r["round"] for r in rows}):
         mine = [r for r in rows if r["round"] == rnd]

@@ -15,7 +15,8 @@
 #     rdma feature) with protocol="rdma" against an rdma node, byte-exact
 #     up to 4 MiB, and the error a TCP client gets from that node;
 #   - ib_read_bw and strata's READ throughput over the same devices, and
-#     prints their ratio (docs/BENCHMARKS.md records it).
+#     prints their ratio (docs/BENCHMARKS.md, "RDMA READ on soft-RoCE vs
+#     ib_read_bw", records it).
 # Exits non-zero if anything fails, the VM included: it never skips.
 #
 # Settings: STRATA_RDMA_TARGET_DIR (target/rdma), STRATA_RDMA_BENCH_BYTES

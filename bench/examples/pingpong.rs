@@ -4,10 +4,10 @@
 //!
 //! `bench/compare.sh` runs it between the server's and the client's CPU
 //! before each client run (with `PIN`), because on some cloud VMs the
-//! host moves vCPUs between L3 domains while they run: on the 2-vCPU AMD
-//! EPYC VMs of docs/BENCHMARKS.md §2j this reads ~70-110 ns when both
-//! vCPUs share an L3 and ~400-560 ns when they do not, and every loopback
-//! transfer runs slower in the second state, whichever system moves it.
+//! host moves vCPUs between L3 domains while they run: this then reads
+//! several times higher while the two vCPUs do not share an L3
+//! (docs/bench-notes/l3-domains.md), and every loopback
+//! transfer runs slower in that state, whichever system moves it.
 //!
 //! Usage: `pingpong CPU_A CPU_B`.
 

@@ -264,9 +264,8 @@ struct Tally {
 /// the kernel and faulting them in again for the next. Inline GETs return
 /// each value in memory of its own; glibc trims its heap when a free
 /// leaves more than 128 KiB on top, and whether a batch's frees do that
-/// varies from run to run: 32 x 64 KiB inline GETs at one client faulted
-/// in 8-34 pages per batch in some runs and 102-123 in others, and ran
-/// 1.4-1.7 against 2.1-3.1 GB/s (docs/BENCHMARKS.md §2j). The load generator's
+/// varies from run to run, and with it the speed of a batch of inline
+/// GETs (docs/bench-notes/l3-domains.md). The load generator's
 /// allocator is not what it measures, for strata or for Redis, so it is
 /// held steady: no trimming, and no fresh mapping per value.
 fn steady_allocator() {

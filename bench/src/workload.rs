@@ -94,8 +94,8 @@ pub fn check(buf: &[u8], key_hash: u64, want: usize) -> Result<u64, Mismatch> {
 ///
 /// The check runs in series with every timed call (a client checks the
 /// value it read before its next request), so its speed shows in every
-/// GET's figure: 30 µs per MiB as SSE2, 19 with AVX2 and 15 with AVX-512
-/// (one 1 MiB buffer in L2, Intel Xeon, 2026-12-07). The same loop is
+/// GET's figure, and wider vector units run it much faster
+/// (docs/bench-notes/one-call-vs-a-stream.md). The same loop is
 /// compiled for the wider units and picked at run time, so the release
 /// binary stays portable.
 fn diff_words(words: &[u8], w: u64) -> (u64, u64) {

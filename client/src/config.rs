@@ -54,8 +54,9 @@ pub struct ClientConfig {
     /// Threads that copy one cross-memory read (a GET's value) of
     /// [`strata_rdma::cma::SPLIT_MIN_BYTES`] or more: the calling thread
     /// and `cma_lanes - 1` helpers, started on first use (1: the calling
-    /// thread alone; at most [`strata_rdma::cma::LANES_MAX`]). Two moved 4
-    /// and 16 MiB values 1.7-1.9x faster here (docs/BENCHMARKS.md §2c).
+    /// thread alone; at most [`strata_rdma::cma::LANES_MAX`]). Two speed up
+    /// large reads where a core is free, and slow them where every core is
+    /// busy (docs/bench-notes/cross-memory-attach.md).
     pub cma_lanes: usize,
     /// Zero-copy reads (`get_into`, `get_many`) of values up to this many
     /// bytes come back in the GET reply itself (`GET key desc INLINE n`),
@@ -79,9 +80,9 @@ pub struct ClientConfig {
     /// straight from the buffer, which the node streams into its arena):
     /// one round trip, where the node's pull from this client's data plane
     /// would add one. Never over cross-memory attach or RDMA. Batches
-    /// (`put_many`) send such values as pipelined SETs in one write (32 x
-    /// 64 KiB 1.5x, 8 x 1 MiB 1.2x faster than a pulled `MPUT`; 4 x 4 MiB
-    /// the same: docs/BENCHMARKS.md §2b); larger values go in one `MPUT`
+    /// (`put_many`) send such values as pipelined SETs in one write, which
+    /// beat a pulled `MPUT` up to 1 MiB and tied at 4 MiB
+    /// (docs/bench-notes/batches.md); larger values go in one `MPUT`
     /// whose payloads the node pulls. 0: every value by the data plane.
     pub inline_put_max: u64,
     /// Congestion control of this client's command connections and data
@@ -96,7 +97,7 @@ pub struct ClientConfig {
     /// this in all; at most a quarter of the cores spin at once per
     /// process). 0: off.
     /// Pays where waking an idle CPU is slow and a core is free; costs
-    /// where the cores are busy (docs/BENCHMARKS.md §2i, §5).
+    /// where the cores are busy (docs/bench-notes/waking-sleeping-cpus.md).
     ///
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     pub spin_us: u64,
@@ -108,7 +109,8 @@ pub struct ClientConfig {
     /// `inline_get_max`, the larger values of a batch) poll the same way.
     /// Costs a core only while a transfer is under way, never while
     /// waiting for a node to start answering. 0: off.
-    /// Default [`DEFAULT_STREAM_SPIN_US`] (docs/BENCHMARKS.md §2i).
+    /// Default [`DEFAULT_STREAM_SPIN_US`]
+    /// (docs/bench-notes/polling-mid-transfer.md).
     ///
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     /// [`DEFAULT_STREAM_SPIN_US`]: crate::DEFAULT_STREAM_SPIN_US
@@ -124,7 +126,7 @@ pub struct ClientConfig {
     /// exchanges are in flight in the process than may poll at once (a
     /// quarter of its cores). Costs at most as much CPU as the transfer
     /// does, only around long ones. 0: off. Default
-    /// [`DEFAULT_ECHO_SPIN_US`] (docs/BENCHMARKS.md §2i).
+    /// [`DEFAULT_ECHO_SPIN_US`] (docs/bench-notes/polling-after-a-transfer.md).
     ///
     /// [`SPIN_MAX`]: crate::SPIN_MAX
     /// [`DEFAULT_ECHO_SPIN_US`]: crate::DEFAULT_ECHO_SPIN_US
@@ -153,34 +155,34 @@ pub struct TlsOptions {
 /// extra round trip costs as much as moving a few hundred KiB: with CUBIC
 /// on strata's sockets (`tcp_congestion: auto`), inline GETs were faster
 /// than data-plane reads at 4 and 8 MiB, with 1 and 4 clients, and about
-/// even at 16 MiB (docs/BENCHMARKS.md §2f).
+/// even at 16 MiB (docs/bench-notes/congestion-control.md).
 pub const DEFAULT_INLINE_GET_MAX: u64 = 8 << 20;
 
 /// The most a GET of a batch returns inline: 8 values of 1 MiB read over
-/// several data-plane connections at once moved 1.2x faster than inline
-/// one after another (docs/BENCHMARKS.md §2e).
+/// several data-plane connections at once moved faster than inline one
+/// after another (docs/bench-notes/inline-or-data-plane.md).
 pub const BATCH_INLINE_GET_MAX: u64 = 256 * 1024;
 
 /// See [`ClientConfig::split_get_min`]: never, by default. Under BBR one
-/// loopback stream takes 1.3-1.9x as long to move a reply of 1 MiB as of
-/// 1020 KiB, and as two halves on two connections a 1 MiB GET moved
-/// 1.1-1.4x faster (docs/BENCHMARKS.md §2h); under CUBIC, which
-/// `tcp_congestion: auto` puts in BBR's place, whole GETs of 1 and 4 MiB
-/// were 1.05-1.1x faster than halves (§2f). `1 << 20` is the setting for a
-/// client that keeps BBR (`tcp_congestion: host`).
+/// loopback stream takes much longer to move a reply of 1 MiB than one of
+/// 1020 KiB, which two halves on two connections get around; under CUBIC,
+/// which `tcp_congestion: auto` puts in BBR's place, whole GETs of 1 and
+/// 4 MiB were faster than halves (docs/bench-notes/ranged-gets.md). `1 << 20`
+/// is the setting for a client that keeps BBR (`tcp_congestion: host`).
 pub const DEFAULT_SPLIT_GET_MIN: u64 = 0;
 
-/// See [`ClientConfig::inline_put_max`]: measured here, a `SET` moved
-/// 1.3-2x faster than a pulled `PUT` from 16 KiB to 1 MiB
-/// (docs/BENCHMARKS.md §2e), and with CUBIC on strata's sockets
-/// (`tcp_congestion: auto`) 1.1-1.2x faster at 4 MiB; at 8 MiB and more
-/// it was faster with one client but 1.2x slower with four, whose large
-/// payloads hold the command connection they share (§2f).
+/// See [`ClientConfig::inline_put_max`]: a `SET` beat a pulled `PUT` from
+/// 16 KiB to 1 MiB (docs/bench-notes/inline-or-data-plane.md), and with
+/// CUBIC on strata's sockets (`tcp_congestion: auto`) at 4 MiB too; at
+/// 8 MiB and more it was faster with one client but slower with four,
+/// whose large payloads hold the command connection they share
+/// (docs/bench-notes/congestion-control.md).
 pub const DEFAULT_INLINE_PUT_MAX: u64 = 4 << 20;
 
 /// The most a GET returns inline where the read would go by cross-memory
 /// attach or RDMA: a cross-memory read of 128 KiB already matches an
-/// inline GET, and of 256 KiB beats it (docs/BENCHMARKS.md §2e).
+/// inline GET, and of 256 KiB beats it
+/// (docs/bench-notes/inline-or-data-plane.md).
 pub const ONE_SIDED_INLINE_GET_MAX: u64 = 64 * 1024;
 
 impl ClientConfig {

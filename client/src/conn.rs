@@ -34,9 +34,9 @@ const READ_BUF_KEEP_BYTES: usize = 1 << 20;
 /// most this much, so that most of a large value lands in its destination
 /// directly; and a placed payload is read together with up to this many
 /// following bytes (the next reply's header) in one `readv`. A 64 KiB
-/// value and its header fit: one read and a copy moved 16-64 KiB values
-/// 3-10 % faster than a 16 KiB head read and a `readv` for the rest, and
-/// cost 256 KiB-1 MiB values 3-6 % (docs/BENCHMARKS.md §2e).
+/// value and its header fit: one read and a copy beat a 16 KiB head read
+/// and a `readv` for the rest at 16-64 KiB, at a small cost to larger
+/// values (docs/bench-notes/inline-or-data-plane.md).
 const PLACED_HEAD_BYTES: usize = 64 * 1024 + 64;
 
 /// Memory a bulk reply may be written into straight from the socket: the

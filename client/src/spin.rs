@@ -49,10 +49,8 @@ impl Windows {
     /// A large GET's request is short, but its reply keeps the thread
     /// busy about as long as a large PUT's payload does, so the wait for
     /// its first bytes is worth polling through as the wait for a large
-    /// PUT's `+OK` is. With one client on a 2-vCPU VM the caller then
-    /// slept 0.01-0.05 times per GET instead of once, and single GETs ran
-    /// 1.4x faster at 256 KiB, 1.0-1.06x at 1 MiB (docs/BENCHMARKS.md
-    /// §2i).
+    /// PUT's `+OK` is: the caller then no longer sleeps once per large GET
+    /// (docs/bench-notes/polling-after-a-transfer.md).
     pub(crate) fn reply_wait(&self, wrote: Duration, expected: usize, few: bool) -> Duration {
         use strata_rdma::spin::{copy_time, echo};
         let mut wait = self.spin.max(echo(wrote, self.echo));
@@ -95,9 +93,8 @@ impl InFlight {
     /// waiting for this one's reply would otherwise go idle: no more than
     /// may spin at once (a quarter of the cores). With more, the threads
     /// find other replies to read while this one's is on its way, and
-    /// polling for it only takes turns from them: four clients' 1 MiB
-    /// GETs with the bench on one CPU ran at 0.85-0.97 of not polling
-    /// (docs/BENCHMARKS.md §2i).
+    /// polling for it only takes turns from them
+    /// (docs/bench-notes/polling-after-a-transfer.md).
     pub(crate) fn few(&self) -> bool {
         IN_FLIGHT.load(Ordering::Acquire) <= strata_rdma::spin::shared().cap()
     }

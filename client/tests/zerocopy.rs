@@ -247,7 +247,7 @@ async fn client_dropped_mid_transfer_leaves_no_partial_value() {
 /// dialed.
 ///
 /// The watch runs on this thread, apart from the runtime that serves the
-/// pull, so the cut lands within about 50 µs of the dial. Watched from the
+/// pull, so the cut lands right after the dial. Watched from the
 /// test's own runtime, which also ran the serving task, a loaded CI
 /// machine let every pull finish first, even when polling every
 /// millisecond.
@@ -380,7 +380,7 @@ fn put_given_up_over_cma_then_reused_stores_no_mixed_value() {
     for round in 0..8u64 {
         let key = format!("cma-reused-{round}");
         b.as_mut_slice().fill(0xee);
-        // Given up after 0.5-4 ms, while the node copies (~10 ms here).
+        // Given up after 0.5-4 ms, while the node still copies 64 MiB.
         let limit = Duration::from_micros(500 * (round + 1));
         let put = victim.put_from(key.as_bytes(), &b, 0..64 * MIB);
         let _ = rt.block_on(async { tokio::time::timeout(limit, put).await });

@@ -15,7 +15,8 @@
 //! CRLF checked), [`args`] walks its headers once more and gives each
 //! argument's place in the buffer: the connection slices the arguments out
 //! of the read buffer without decoding the frame a second time (a GET's
-//! generic decode into frames and back cost 4 % of the node's CPU).
+//! generic decode into frames and back was a visible share of the node's
+//! CPU: docs/bench-notes/request-path.md).
 
 use thiserror::Error;
 

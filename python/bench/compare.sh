@@ -45,7 +45,7 @@ BIN=$CARGO_TARGET_DIR/release
 
 SP=$(free_port); DP=$(free_port); MP=$(free_port)
 # Prefaulted, so that the first run (Rust's) does not pay the arena's
-# first touch for the others (docs/BENCHMARKS.md §2g).
+# first touch for the others (docs/bench-notes/prefault.md).
 "$BIN/strata-server" --bind 127.0.0.1 --port "$SP" --data-port "$DP" --metrics-port "$MP" \
     --cpu-memory-prefault true 2>"$OUT/strata.log" &
 SERVER=$!

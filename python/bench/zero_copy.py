@@ -125,8 +125,8 @@ class _Pool:
     (a `mb.Buffer` lookalike). Page-aligned as strata-bench's buffers and
     torch's (64-byte) allocations are: `np.zeros` memory starts 16 bytes
     into a page, and a same-host read into memory whose alignment differs
-    from the value's by 16 bytes runs at about half speed (the kernel's
-    copy; docs/BENCHMARKS.md §5, python/README.md)."""
+    from the value's by 16 bytes runs far slower (the kernel's copy;
+    docs/bench-notes/cross-memory-attach.md, python/README.md)."""
 
     def __init__(self, client, size):
         import numpy as np

@@ -54,10 +54,7 @@ impl NativeClient {
     /// up to 1 MiB travel with the command over TCP; cross-memory-attach
     /// copies run right here). A spawned task would cost one more
     /// cross-thread wake-up per call (a worker to start it) and run every
-    /// copy on the runtime's few workers. Measured here (docs/BENCHMARKS.md
-    /// §5): a 4 KiB `get_into` 60 -> 46 us against a spawned task, 1 MiB
-    /// over cross-memory attach with four threads 1.1-1.3x faster, 64 KiB
-    /// over TCP 1.2-2.5x.
+    /// copy on the runtime's few workers (docs/bench-notes/python-sdk.md).
     fn run<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
     where
         T: Send,

@@ -4,11 +4,8 @@
 //! thread itself drives while it waits (`block_on`), so the kernel wakes
 //! the caller straight from `epoll_wait` when a reply arrives. With worker
 //! threads, a reply wakes a worker first, which then wakes the caller: two
-//! thread wake-ups per arriving burst instead of one. Measured here
-//! (docs/BENCHMARKS.md §5, TCP data plane, 2 vCPUs), Python / Rust: 1 MiB
-//! GETs 0.83 -> 0.89 at one client and 0.78 -> 1.21 at four, 64 KiB GETs
-//! 0.79 -> 0.99 and PUTs 0.61 -> 0.80 at one client; none slower beyond
-//! the spread of rounds.
+//! thread wake-ups per arriving burst instead of one; no call measured
+//! slower for it (docs/bench-notes/python-sdk.md).
 //!
 //! Between calls nobody would drive the runtime, yet its tasks (the health
 //! check, the data-plane listener, RDMA lifelines) must run, so an idle

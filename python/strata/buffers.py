@@ -61,7 +61,8 @@ class Registry:
     # and copies nothing: `_spans` is a tuple of `(start, end)` that `add`
     # and `remove` replace whole under the lock (one attribute store, which
     # a reader sees entirely or not at all). The lock, list copy and helper
-    # calls it replaced cost 1.2 us per call (a polled 4 KiB GET: ~20 us).
+    # calls it replaced were a visible part of a polled small call
+    # (docs/bench-notes/sdk-per-call-costs.md).
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

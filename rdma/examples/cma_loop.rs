@@ -4,7 +4,7 @@
 //! except `CmaReader::read` (pidfd check included) for comparison.
 //!
 //! Three access patterns, because which one a loop uses decides its figure
-//! by 2-6x on a machine whose caches hold a few MiB:
+//! several times over on a machine whose caches hold a few MiB:
 //! - `hot`: the same source range into the same destination every time,
 //!   both in cache after the first pass (the most flattering ceiling);
 //! - `get`: the source rotates over [`VALUES`] distinct values (what

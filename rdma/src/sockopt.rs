@@ -5,13 +5,13 @@
 //! and one burst of up to a few MiB. Under BBR, the default of many cloud
 //! images, such a burst is paced at BBR's estimate of the path's
 //! bandwidth, which a connection that is idle between bursts keeps low: on
-//! loopback here a 1 MiB burst took 1.7x as long as under Reno or CUBIC
-//! (`rdma/examples/tcp_loop.rs`, docs/BENCHMARKS.md §2f). Worse, on
+//! loopback a 1 MiB burst took far longer than under Reno or CUBIC
+//! (`rdma/examples/tcp_loop.rs`). Worse, on
 //! loopback BBR's pacing timer sends some segments from another CPU than
 //! the writer, and loopback delivers each CPU's segments in its own
 //! queue: the receiver sees them out of order, the sender retransmits
-//! (about 200 spurious retransmits per 2 s of 64 KiB batches here, none
-//! under CUBIC) and some connections never recover their rate (§2f).
+//! what was never lost (not so under CUBIC) and some connections never
+//! recover their rate (docs/bench-notes/congestion-control.md).
 //! Any other host default (CUBIC, DCTCP, ...) is left as the operator set
 //! it, and setting it on strata's sockets alone leaves the host's other
 //! traffic as it is.

@@ -4,8 +4,8 @@
 //!
 //! Where an idle CPU halts (a VM whose `guest_halt_poll_ns` is 0, deep
 //! C-states), waking a sleeping thread costs more than the work of a small
-//! request: on a 2-vCPU VM a 64 KiB GET spent more than half its time in
-//! the node's and the caller's wake-ups (docs/BENCHMARKS.md §2i).
+//! request, and a small call waits for the node's and the caller's
+//! wake-ups in series (docs/bench-notes/waking-sleeping-cpus.md).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,11 +24,10 @@ pub const SPIN_TURNS_MAX: u32 = 64;
 /// idle turns are that much slower). After [`BUSY_TURNS`] such
 /// turns in a row the thread is not going to sleep anyway, so spinning
 /// saves no wake-up and only adds a poll of the I/O driver per turn, and
-/// the spin ends. Over loopback here an idle turn took 1-3 µs. With four
-/// clients' 1 MiB PUTs on a node pinned to one CPU, the node polling ran
-/// them at 0.89-0.94 of not polling (`stream_poll_us`) and 0.68-0.71
-/// (`busy_poll_us` 200) before this rule, and at 0.98 and 1.09 with it
-/// (docs/BENCHMARKS.md §2i).
+/// the spin ends. An idle turn is a small fraction of this. Without this
+/// rule, a node pinned to one CPU and polling slowed four clients' large
+/// PUTs, whose payloads the same thread was busy taking in
+/// (docs/bench-notes/polling-mid-transfer.md).
 pub const BUSY_TURN: Duration = if cfg!(debug_assertions) {
     Duration::from_micros(100)
 } else {
@@ -40,30 +39,28 @@ pub const BUSY_TURN: Duration = if cfg!(debug_assertions) {
 pub const BUSY_TURNS: u32 = 2;
 
 /// Default window once a transfer is under way (the node's
-/// `stream_poll_us`, the client's `stream_spin_us`). On a 2-vCPU VM with
-/// node and client on their own CPUs, single 1 MiB GETs and PUTs over TCP
-/// ran 1.12-1.16× faster with it (the reading side's half: the client's
-/// for a GET, the node's for a PUT), 64 KiB and 4 MiB calls and four
-/// clients within the spread; with the two sharing the CPUs nothing moved
-/// (docs/BENCHMARKS.md §2i). Bursts of a transfer over loopback came well
-/// within 50 µs.
+/// `stream_poll_us`, the client's `stream_spin_us`): the reading side's
+/// polling (the client's for a GET, the node's for a PUT) spares a large
+/// call its sleeps between bursts, and the bursts of a transfer over
+/// loopback come well within this (docs/bench-notes/polling-mid-transfer.md).
 pub const STREAM_US_DEFAULT: u64 = 50;
 
 /// Default cap on the wait after a long exchange (the node's
 /// `echo_poll_us`, the client's `echo_spin_us`; see [`echo`]). A 1 MiB
-/// request or reply takes 100-250 µs over loopback on the 2-vCPU VMs of
-/// docs/BENCHMARKS.md §2i, and the other side's turn-around after it is
-/// well within that; a longer transfer gains nothing from a longer poll.
+/// request or reply over loopback takes about this long, and the other
+/// side's turn-around after it is well within that; a longer transfer
+/// gains nothing from a longer poll
+/// (docs/bench-notes/polling-after-a-transfer.md).
 pub const ECHO_US_DEFAULT: u64 = 200;
 
 /// How fast one side of an exchange is assumed to move a value's bytes,
 /// in bytes per µs (about 4 GB/s), where the time a transfer will take
 /// has to be guessed rather than clocked: the node's wait while a client
 /// copies a value leased to it, the client's wait for a large reply it
-/// expects. Reads of 1 MiB took about 100 µs by cross-memory attach and
-/// 150-250 µs over loopback TCP on the 2-vCPU VMs of docs/BENCHMARKS.md
-/// §2i; erring long costs at most the echo cap of polling, erring short
-/// a wake-up.
+/// expects. A guess between a cross-memory copy and a loopback TCP read
+/// of the same bytes (docs/bench-notes/polling-after-a-transfer.md);
+/// erring long costs at most the echo cap of polling, erring short a
+/// wake-up.
 pub const COPY_BYTES_PER_US: u64 = 4096;
 
 /// About how long moving `bytes` takes at [`COPY_BYTES_PER_US`].
@@ -87,10 +84,10 @@ pub const ECHO_MIN: Duration = Duration::from_micros(20);
 /// next request follows once it has read it (the node's wait between
 /// large GETs). Sleeping through those waits puts a wake-up on the path
 /// of every large call; polling through them costs at most as much CPU
-/// as the transfer itself did, and only right after one. Measured on a
-/// 2-vCPU VM whose idle vCPUs halt at once: single 1 MiB GETs and PUTs
-/// 1.2x faster, 64 KiB ones 1.2x, 4 KiB calls and four clients unchanged
-/// (docs/BENCHMARKS.md §2i, "Polling as long as the transfer took").
+/// as the transfer itself did, and only right after one. Where idle
+/// vCPUs halt at once this takes a wake-up off every large call and
+/// leaves small calls and busy nodes as they were
+/// (docs/bench-notes/polling-after-a-transfer.md).
 pub fn echo(took: Duration, cap: Duration) -> Duration {
     if took < ECHO_MIN {
         return Duration::ZERO;
@@ -119,10 +116,10 @@ pub struct Spinner {
 }
 
 impl Spinner {
-    /// A quarter of `threads`, at least one. Measured here (2 vCPUs, node
-    /// on the same host, docs/BENCHMARKS.md §5): four callers spinning at
-    /// once cut 4 KiB GETs to half the sleeping callers' rate, and even one
-    /// of the four spinning cost a quarter.
+    /// A quarter of `threads`, at least one: callers spinning at once take
+    /// the cores the node and the other callers need, and with four of
+    /// them on two cores small calls ran slower than sleeping callers'
+    /// (docs/bench-notes/waking-sleeping-cpus.md).
     pub fn quarter_of(threads: usize) -> Self {
         Self {
             cap: (threads / 4).max(1),
@@ -155,8 +152,8 @@ impl Spinner {
     ///
     /// The window restarts at each wake-up because a long reply arrives
     /// as many bursts: a budget counted from the start ran out in the
-    /// middle of a 1 MiB reply (~300 µs here), after which the reader
-    /// slept and woke once per burst (docs/BENCHMARKS.md §2i). `stream`
+    /// middle of a long reply, after which the reader slept and woke
+    /// once per burst (docs/bench-notes/waking-sleeping-cpus.md). `stream`
     /// is for exactly that: a future woken once and still pending is in
     /// the middle of a transfer whose next bytes are microseconds away,
     /// so polling for them costs a core only for as long as the transfer

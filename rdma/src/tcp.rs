@@ -57,10 +57,9 @@ pub const SERVED_CONNS_MAX: usize = 256;
 pub const BATCH_BYTES_PER_CONN: u64 = 1 << 20;
 
 /// A single read of at least twice this is split into pieces of at least
-/// this many bytes (up to one per pooled connection). Measured on loopback
-/// (docs/BENCHMARKS.md §2): 1 MiB in two pieces moved 1.2x faster than in
-/// one, 2 MiB in four 1.2x faster than in two; under BBR one stream is
-/// paced in bursts that two streams overlap.
+/// this many bytes (up to one per pooled connection): on loopback a 1 MiB
+/// read in two pieces beat one, since under BBR one stream is paced in
+/// bursts that two streams overlap (docs/bench-notes/ranged-gets.md).
 pub const SPLIT_PIECE_BYTES_MIN: u64 = 512 * 1024;
 
 /// Accept backlog of the listener.

@@ -5,10 +5,10 @@
 //! serves it sleeps in `epoll_wait` if nothing else is runnable. Waking
 //! that thread is the largest fixed cost of a small request on a virtual
 //! machine whose idle vCPUs halt at once (and on hosts whose idle cores
-//! drop into deep C-states). Measured on a 2-vCPU VM with
-//! `haltpoll.guest_halt_poll_ns=0` (docs/BENCHMARKS.md §2i), one client's
-//! 4 KiB GET p50 went from 146 to 48 µs with `busy_poll_us` 200, a 64 KiB
-//! GET from 183 to 90 µs; 1 MiB did not move.
+//! drop into deep C-states): a small call waits for two such wake-ups, the
+//! node's for the request and the client's for the reply, and there they
+//! are most of its time; a large call's waits are inside the transfer
+//! (docs/bench-notes/waking-sleeping-cpus.md).
 //!
 //! With `busy_poll_us` > 0, a connection that has answered everything it
 //! was sent polls its socket until that long passes with nothing arriving,
@@ -28,9 +28,10 @@
 //! middle of a long request only: once a read has brought 16 KiB or more
 //! of a request still incomplete, the connection polls for the rest
 //! instead of sleeping between its bursts. It never polls while nothing
-//! is coming, so it costs a core only while a transfer runs: single 1 MiB
-//! PUTs over TCP ran 1.16× faster with it on a 2-vCPU VM
-//! (docs/BENCHMARKS.md §2i). It shares the slots with `busy_poll_us`.
+//! is coming, so it costs a core only while a transfer runs, and spares a
+//! large PUT the sleeps between its bursts
+//! (docs/bench-notes/polling-mid-transfer.md). It shares the slots with
+//! `busy_poll_us`.
 //!
 //! `echo_poll_us` (on by default, at most 200 µs) polls between requests,
 //! but only after one that took 20 µs or more from its first bytes to its
@@ -45,9 +46,9 @@
 //! short request answered inside the window (the RELEASE a client sends
 //! once it has read a leased value) leaves the window open
 //! ([`EchoWindow`]).
-//! Single 1 MiB GETs and PUTs ran 1.2-1.3× faster with it and the
-//! client's half (`echo_spin_us`) on a 2-vCPU VM (docs/BENCHMARKS.md §2i,
-//! "Polling as long as the transfer took"). Its polls are counted apart
+//! With it and the client's half (`echo_spin_us`), a loop of large calls
+//! no longer puts a wake-up of the node's thread on every call
+//! (docs/bench-notes/polling-after-a-transfer.md). Its polls are counted apart
 //! (`strata_echo_poll_hits_total` / `_misses_total`), and it shares the
 //! slots too.
 
@@ -65,10 +66,9 @@ pub const BUSY_POLL_US_MAX: u64 = 1000;
 /// ending it: over cross-memory attach a client sends RELEASE as soon as
 /// it has copied a leased value, ahead of its next GET, and a window
 /// counted from the RELEASE alone (too short to poll after) put the node
-/// to sleep until that GET, once per GET. Keeping the GET's window,
-/// single 1 MiB GETs over cross-memory attach ran 1.11x faster and the
-/// node slept 0.25-0.7 times per GET instead of once; with the client's
-/// half for large replies as well, 1.24-1.38x (docs/BENCHMARKS.md §2i).
+/// to sleep until that GET, once per GET. Keeping the GET's window lets
+/// the node poll through the client's copy and its RELEASE to the next
+/// GET (docs/bench-notes/polling-after-a-transfer.md).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct EchoWindow {
     until: Option<Instant>,

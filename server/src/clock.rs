@@ -15,9 +15,10 @@ pub fn now_ms() -> u64 {
 /// back (a pipelined batch): one reading of the monotonic clock per
 /// request, which ends the request's time and starts the next one's, and
 /// the wall clock read once per run and carried forward by the monotonic
-/// one. Three readings per request (wall time, start, end) were 3 % of a
-/// pipelined GET's CPU. A run that waited (I/O, a bring-in) is restarted,
-/// so nothing waited counts toward the next request's time.
+/// one. Three readings per request (wall time, start, end) were a visible
+/// share of a pipelined GET's CPU (docs/bench-notes/request-path.md). A
+/// run that waited (I/O, a bring-in) is restarted, so nothing waited
+/// counts toward the next request's time.
 #[derive(Debug, Clone, Copy)]
 pub struct RunClock {
     wall_ms: u64,

@@ -3,12 +3,12 @@
 //!
 //! The arena is mapped lazily (so that an idle node costs only what it
 //! holds), which charges the kernel's page fault and zeroing to the first
-//! write into each page: on this project's VMs a fresh node's first 256 MiB
-//! of 4 MiB zero-copy PUTs ran at 0.54-0.81 GB/s against 2.2-2.6 once warm
-//! (docs/BENCHMARKS.md §2g). Prefaulting moves that cost to start-up,
-//! where nobody waits on it, and makes a pool larger than the machine's
-//! free memory show at start (the prefault stops, with a warning) instead
-//! of in the OOM killer's log mid-run.
+//! write into each page, and on a VM the host's backing of memory the
+//! guest has never touched: a fresh node's first writes ran far slower than
+//! once warm (docs/bench-notes/prefault.md). Prefaulting moves that cost
+//! to start-up, where nobody waits on it, and makes a pool larger than the
+//! machine's free memory show at start (the prefault stops, with a
+//! warning) instead of in the OOM killer's log mid-run.
 
 use std::io;
 use std::time::{Duration, Instant};

@@ -4,16 +4,15 @@
 //! on a write: see `Store::meta_summed`).
 //!
 //! Two implementations, the faster for the CPU picked once at run time:
-//! `crc-fast`, which folds with AVX-512 VPCLMULQDQ (about 120 GB/s for a
-//! value in cache on the machine this was first measured on), and the
-//! `crc32c` crate, three interleaved streams of the SSE4.2 `crc32`
-//! instruction, which wins where there is no AVX-512: on an AVX2 EPYC
-//! (2026-12-03) 24 GB/s against `crc-fast`'s PCLMULQDQ kernel at 18, i.e.
-//! 43 against 58 µs per MiB. Bytes that can only be had in pieces (a GPU
-//! value copied down through a bounded buffer) are summed piece by piece
-//! ([`Crc32cStream`]; combining the CRCs of separate pieces instead costs
-//! 14 µs a time with `crc-fast`). Both give the bits of every other
-//! CRC-32C, so data written by earlier builds still verifies.
+//! `crc-fast`, which folds with AVX-512 VPCLMULQDQ, and the `crc32c`
+//! crate, three interleaved streams of the SSE4.2 `crc32` instruction,
+//! which wins where there is no AVX-512 over `crc-fast`'s PCLMULQDQ
+//! kernel (docs/bench-notes/checksums-and-write-path.md). Bytes that can
+//! only be had in pieces (a GPU value copied down through a bounded
+//! buffer) are summed piece by piece ([`Crc32cStream`]; combining the CRCs
+//! of separate pieces instead is slow with `crc-fast`). Both give the
+//! bits of every other CRC-32C, so data written by earlier builds still
+//! verifies.
 
 use std::sync::OnceLock;
 

@@ -411,7 +411,7 @@ async fn io_uring_round_trip_where_available() {
 /// `cargo test --release -p strata-tiering --test nvme -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 // A benchmark, not a test: it writes 1 GiB and its figures go to
-// docs/BENCHMARKS.md; speed goals are never checked by timed tests.
+// docs/bench-notes/nvme.md; speed goals are never checked by timed tests.
 #[ignore = "benchmark: run in release with --ignored"]
 async fn bench_sequential_1mib_reads() {
     let base = std::env::var("STRATA_NVME_BENCH_DIR").ok();

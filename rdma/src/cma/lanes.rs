@@ -1,9 +1,9 @@
 //! One large read copied by several threads at once.
 //!
 //! A single `process_vm_readv` of a value that is not in cache runs at
-//! one core's memory speed; two threads reading halves of it move a 4 MiB
-//! value 1.7x and a 16 MiB one 2.1x faster on this project's machine
-//! (docs/BENCHMARKS.md §2c; 1 MiB gained only 10 %: the hand-off costs
+//! one core's memory speed; two threads reading halves of it move large
+//! values faster where a second core is free
+//! (docs/bench-notes/cross-memory-attach.md; at 1 MiB the hand-off costs
 //! about as much as half the copy saves). So a read of at least
 //! [`SPLIT_MIN_BYTES`] is cut into pieces: the calling thread reads the
 //! last one and helper threads the others.

@@ -236,16 +236,16 @@ pub struct CmaStats {
     pub lane_pieces: Arc<AtomicU64>,
     /// Reads of at least [`MISALIGNED_MIN_BYTES`] whose source and
     /// destination differ in alignment modulo [`ALIGN_BYTES`]: the kernel
-    /// copies those at a half or less of its speed (OPERATIONS.md,
+    /// copies those far slower (OPERATIONS.md,
     /// "Same-host data plane"), so a count here points at a buffer to
     /// align.
     pub misaligned: AtomicU64,
 }
 
 /// Alignment (bytes) the kernel's copy needs source and destination to
-/// share to run at full speed: measured on this project's VM, 1 MiB took
-/// 67-90 µs with both page-aligned, 164-228 µs with the destination 16
-/// bytes off, 400+ µs 8 bytes off, and full speed again 64 bytes off.
+/// share to run at full speed: a destination 8 or 16 bytes off ran far
+/// slower than one page-aligned, and one 64 bytes off ran at full speed
+/// again (docs/bench-notes/cross-memory-attach.md).
 pub const ALIGN_BYTES: u64 = 64;
 
 /// Reads shorter than this are not counted as misaligned: their cost is

@@ -15,8 +15,9 @@
 //! `GET key desc INLINE n RANGE off len`: as with `INLINE n`, but an
 //! inline value comes back as `[version, value length, bytes off..off+len]`
 //! (clipped to the value). A client reads one large value as two ranges
-//! over two connections at once, which on loopback moved 1 MiB about 1.8x
-//! faster than one stream; equal versions say the ranges are of one write.
+//! over two connections at once, which on loopback under BBR beat one
+//! paced stream (docs/bench-notes/ranged-gets.md); equal versions say the
+//! ranges are of one write.
 
 use bytes::Bytes;
 use strata_proto::{CommandError, ErrorCode, Reply};

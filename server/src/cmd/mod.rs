@@ -442,7 +442,8 @@ fn lookup(name: &[u8]) -> Option<usize> {
 /// The table's indices by name length: a lookup compares the name with
 /// the few commands of its length (at most a handful), case-insensitively
 /// in place, instead of copying it to upper case and binary-searching
-/// the table (1.6 % of a pipelined GET's CPU).
+/// the table (a visible share of a pipelined GET's CPU,
+/// docs/bench-notes/request-path.md).
 static BY_LEN: std::sync::LazyLock<[Vec<u8>; MAX_NAME_LEN + 1]> = std::sync::LazyLock::new(|| {
     let mut by_len: [Vec<u8>; MAX_NAME_LEN + 1] = Default::default();
     for (i, spec) in COMMANDS.iter().enumerate() {

@@ -4,9 +4,9 @@
 //! The exporter's own histograms keep every observation (the value and a
 //! timestamp, in blocks allocated as they fill) until an upkeep folds
 //! them into buckets: an allocation every few dozen commands, and memory
-//! that grows with the request rate between upkeeps. 1 M pipelined SETs
-//! left 8.3 MiB of such blocks in the node's heap, 8 of the 129 bytes per
-//! key that `bench/index-memory.sh` measured (2026-12-07). Here recording
+//! that grows with the request rate between upkeeps, which showed in the
+//! bytes per key `bench/index-memory.sh` measures
+//! (docs/bench-notes/memory-per-key.md). Here recording
 //! is two relaxed atomic adds into a fixed array, and memory never grows.
 
 use std::fmt::Write;

@@ -143,9 +143,9 @@ impl Arena {
     /// values in the range are written and read: it takes no borrow.
     ///
     /// Why: a fresh arena is mapped lazily, and the first write to each
-    /// (huge) page pays the kernel's fault and zeroing (measured here:
-    /// 0.3-7.6 GB/s for first touches against 40+ for a warm copy), which
-    /// a node would otherwise charge to its first writes.
+    /// (huge) page pays the kernel's fault and zeroing (on a VM also the
+    /// host backing it; docs/bench-notes/prefault.md), which a node would
+    /// otherwise charge to its first writes.
     pub fn populate(&self, offset: u64, len: u64) -> io::Result<()> {
         let (start, end) = self.pages_of(offset, len)?;
         if end <= start {

@@ -20,9 +20,9 @@
 //!
 //! foyer frees space by reclaiming whole blocks, strictly oldest first
 //! here (FIFO only). That drops every value in the block, live or not:
-//! under overwrite churn with the live set at half the capacity, about one
-//! write in five loses a live value (`examples/nvme_churn.rs`,
-//! docs/BENCHMARKS.md). The reclaimer's reinsertion filter ([`Residents`])
+//! under overwrite churn even a live set of half the capacity keeps
+//! losing values (`examples/nvme_churn.rs`,
+//! docs/bench-notes/nvme.md). The reclaimer's reinsertion filter ([`Residents`])
 //! knows, per key, how many copies are on the device and whether the key is
 //! live, so it tells a key's current entry from its older copies (met
 //! oldest first) and counts every live value a reclaim drops

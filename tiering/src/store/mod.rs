@@ -895,12 +895,13 @@ impl Store {
     /// The checksum is summed here, when asked, and not on write: nothing
     /// on the data path reads it (a GET is never checked against it, and
     /// the NVMe tier sums each blob as it writes it), so summing every
-    /// PUT's payload would cost every write a pass over its bytes (43 µs
-    /// per MiB on an AVX2 EPYC) for a figure few ask for. And a sum of the
-    /// stored bytes is the one that tells a caller whether the node still
-    /// holds what was written. It runs outside the index lock, on a
-    /// reference that keeps the bytes alive; a GPU value is summed through
-    /// a bounded host buffer, piece by piece, without taking DRAM. Fails
+    /// PUT's payload would cost every write a pass over its bytes
+    /// (docs/bench-notes/checksums-and-write-path.md) for a figure few
+    /// ask for. And a sum of the stored bytes is the one that tells a
+    /// caller whether the node still holds what was written. It runs
+    /// outside the index lock, on a reference that keeps the bytes alive;
+    /// a GPU value is summed through a bounded host buffer, piece by
+    /// piece, without taking DRAM. Fails
     /// only for a GPU value that cannot be copied out (which is then
     /// dropped, as a read would).
     pub fn meta_summed(&self, key: &[u8], now_ms: u64) -> Result<Option<(Meta, u32)>, StoreError> {
