@@ -10,7 +10,11 @@ a time is hit, then healed:
   clients (which keep sending it writes and reads);
 - ``isolate``: cut off from every host;
 - ``loss``: a fifth of its packets dropped, both ways;
-- ``kill``: ``kill -9``, then started again with the same command.
+- ``kill``: ``kill -9``, then started again with the same command;
+- ``peers``: cut off from the other nodes only (etcd and the clients still
+  reach it): the others remove it, and it must stay out of the ring until
+  healed instead of joining and being removed again (``rejoined`` in the
+  report: joins during the fault, 0 expected).
 
 (Cuts and loss are iptables rules inside the node's namespace; `tc netem`
 needs the sch_netem module, which this kernel may lack, so there is no
@@ -48,7 +52,7 @@ from bedcluster import BED, NODES, BedCluster, bed_ip, without_strata_settings  
 KEYS = 48
 SETTLE_S = 4.0
 FAULT_S = 5.0
-FAULTS = ("cut", "isolate", "loss", "kill")
+FAULTS = ("cut", "isolate", "loss", "kill", "peers")
 WORKERS = {"prefill": "decode", "decode": "prefill"}
 
 
@@ -87,6 +91,8 @@ def inject(bed: BedCluster, fault: str, node: str) -> None:
                   "--probability", "0.2", "-j", "DROP"])
     elif fault == "kill":
         bed.kill(node)
+    elif fault == "peers":
+        cut(node, clients + [bed_ip("etcd")])
 
 
 def recover(bed: BedCluster, fault: str, node: str) -> None:
@@ -177,12 +183,15 @@ def main() -> None:
             for i, fault in enumerate(FAULTS):
                 node = NODES[(r * len(FAULTS) + i) % len(NODES)]
                 start, wall = time.monotonic(), time.time()
+                joins = joined(work, node)
                 inject(bed, fault, node)
                 print(f"faults: {fault} {node}", flush=True)
                 time.sleep(FAULT_S)
                 end = time.monotonic()
+                rejoined = joined(work, node) - joins
                 recover(bed, fault, node)
-                faults.append({"fault": fault, "node": node, "start": start, "end": end, "wall": wall})
+                faults.append({"fault": fault, "node": node, "start": start, "end": end, "wall": wall,
+                               "rejoined": rejoined})
                 bed.wait_ring(3)
                 time.sleep(SETTLE_S)
         bed.wait_replicated()
@@ -226,6 +235,11 @@ def events(work: Path) -> list:
     return out
 
 
+def joined(work: Path, node: str) -> int:
+    """How often ``node`` has joined the ring so far, by its log."""
+    return (work / f"{node}.log").read_text(errors="replace").count("joined the cluster")
+
+
 def log_time(line: str) -> float:
     """The Unix time of a node log line (tracing's RFC 3339 UTC stamp)."""
     m = re.search(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z", line)
@@ -257,12 +271,16 @@ def report(result: dict) -> None:
     for o in result["outages"]:
         took = "not dropped" if o["takeover_s"] is None else f"dropped from every ring after {o['takeover_s']:.3f} s"
         print(f"faults: {o['fault']:8s} {o['node']}: {took}; longest write outage seen by a client "
-              f"{o['longest_write_outage_s']:.3f} s")
+              f"{o['longest_write_outage_s']:.3f} s; joined the ring {o['rejoined']} times during it")
     bad = {k: result[k] for k in ("lost", "stale", "phantom", "missing") if result[k]}
+    flapped = [(o["fault"], o["node"], o["rejoined"]) for o in result["outages"]
+               if o["fault"] == "peers" and o["rejoined"]]
+    if flapped:
+        bad["rejoined while cut off from its peers"] = flapped
     for kind, items in bad.items():
         print(f"faults: FAIL: {len(items)} {kind}: {items[:5]}", file=sys.stderr)
     if bad:
-        print(f"faults: the run's operations and node logs are in {result['kept']}; faults: "
+        print(f"faults: the run's operations and node logs are in {result.get('kept', '(not kept: --keep DIR)')}; faults: "
               f"{[(f['fault'], f['node'], round(f['start'], 3), round(f['end'], 3)) for f in result['faults']]}",
               file=sys.stderr)
     print("faults: lost 0, stale 0, phantom 0, missing 0" if not bad else "faults: FAILED")

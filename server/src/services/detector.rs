@@ -103,6 +103,15 @@ fn others(node: &Node) -> Vec<NodeRecord> {
         .collect()
 }
 
+/// How many of `members` answer a ping within a fifth of the fence window.
+pub async fn reachable(node: &Node, members: &[NodeRecord]) -> usize {
+    let patience = node.cluster.fence.window() / 5;
+    let answers =
+        futures::future::join_all(members.iter().map(|n| ping(&node.peers, &n.resp_addr, patience)))
+            .await;
+    answers.into_iter().filter(|a| *a == Ok(true)).count()
+}
+
 /// `Ok(true)`: answered; `Ok(false)`: refused the connection; `Err`: no
 /// answer in time.
 async fn ping(peers: &Peers, addr: &str, patience: Duration) -> Result<bool, ()> {

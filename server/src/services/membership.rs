@@ -38,6 +38,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// One etcd request may take this long before the session is considered
 /// broken.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a node kept out of the ring by a partition says so.
+const REJOIN_WARN_EVERY: Duration = Duration::from_secs(5);
 
 pub fn prefix(cluster: &str) -> String {
     format!("/strata/{cluster}/nodes/")
@@ -112,6 +114,7 @@ fn record(node: &Node) -> NodeRecord {
 async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
     let cfg = &node.cfg;
     let mut client = connect(cfg, REQUEST_TIMEOUT).await?;
+    wait_for_peers(node, &mut client).await?;
     let ttl = i64::from(cfg.node_ttl_s);
     let sent = mono_ms();
     let lease = client
@@ -252,6 +255,52 @@ impl Takeover {
             None => std::future::pending().await,
         }
     }
+}
+
+/// Returns once this node reaches at least half of the other members
+/// registered in etcd (none registered: at once). A node cut off from its
+/// peers but not from etcd thus stays out of the ring, fenced, until the
+/// partition heals, instead of joining, being removed by the peers that
+/// cannot reach it, and joining again. A member that died is waited for
+/// only until its lease runs out and its record goes.
+async fn wait_for_peers(node: &Node, client: &mut Client) -> anyhow::Result<()> {
+    let mut warned: Option<tokio::time::Instant> = None;
+    loop {
+        let others = tokio::time::timeout(REQUEST_TIMEOUT, registered_others(node, client))
+            .await
+            .map_err(|_| anyhow!("listing members timed out"))??;
+        let reached = super::detector::reachable(node, &others).await;
+        if reached * 2 >= others.len() && (others.is_empty() || reached > 0) {
+            return Ok(());
+        }
+        if warned.is_none_or(|at| at.elapsed() >= REJOIN_WARN_EVERY) {
+            tracing::warn!(
+                reached,
+                members = others.len(),
+                "not joining the ring yet: this node reaches fewer than half of the other members (a network partition between them?)"
+            );
+            warned = Some(tokio::time::Instant::now());
+        }
+        tokio::time::sleep(node.cluster.fence.window() / 5).await;
+    }
+}
+
+/// The records of the other members in etcd.
+async fn registered_others(node: &Node, client: &mut Client) -> anyhow::Result<Vec<NodeRecord>> {
+    let got = client
+        .get(
+            prefix(&node.cfg.cluster_name),
+            Some(GetOptions::new().with_prefix()),
+        )
+        .await
+        .context("list nodes")?;
+    let me = &node.cluster.me.id;
+    Ok(got
+        .kvs()
+        .iter()
+        .filter_map(|kv| serde_json::from_slice::<NodeRecord>(kv.value()).ok())
+        .filter(|r| &r.id != me)
+        .collect())
 }
 
 /// Puts this node's record under `lease` and learns its create revision.
