@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use serde::{Deserialize, Serialize};
 
 /// One setting as it arrives: from JSON it may be a number or a string
@@ -33,143 +33,18 @@ impl RawValue {
     }
 }
 
-/// Every key a config file may hold. Unknown keys are an error: a typo must
-/// not silently leave a default in place.
-const KEYS: &[(&str, &str)] = &[
-    ("bind", "address the RESP and metrics listeners bind to"),
-    ("port", "RESP port (0 = no plaintext port; needs tls_port)"),
-    ("tls_port", "RESP port that speaks TLS (0 = off)"),
-    ("tls_cert_file", "PEM certificate (chain) of the TLS port, also this node's client certificate towards peers"),
-    ("tls_key_file", "PEM private key of tls_cert_file"),
-    (
-        "tls_ca_cert_file",
-        "PEM CA certificates that sign client and peer certificates",
-    ),
-    (
-        "tls_auth_clients",
-        "client certificates on the TLS port: yes, no or optional (default yes with a CA, else no)",
-    ),
-    (
-        "tls_cluster",
-        "node-to-node calls over TLS, and the TLS port advertised to clients (yes or no; default yes when port is 0)",
-    ),
-    (
-        "tls_data_plane",
-        "payloads over the TCP data plane in TLS (yes or no; default as tls_cluster, no with protocol rdma)",
-    ),
-    (
-        "metrics_port",
-        "HTTP port for /metrics and /health (0 = off; default port + 2000)",
-    ),
-    ("cpu_memory_pool_size", "bytes of DRAM arena for values"),
-    (
-        "cpu_memory_prefault",
-        "fault the whole DRAM arena in at start, in the background (true or false)",
-    ),
-    (
-        "gpu_memory_pool_size",
-        "bytes of GPU memory as the top tier (0 = none; needs a build with the cuda feature)",
-    ),
-    ("gpu_device_id", "CUDA device ordinal of the GPU tier"),
-    ("max_value_size", "largest value in bytes"),
-    (
-        "max_request_size",
-        "largest request (sum of its arguments) in bytes",
-    ),
-    ("max_connections", "most concurrent client connections"),
-    (
-        "max_buffered_requests_size",
-        "bytes of partly received large requests all connections may buffer together",
-    ),
-    (
-        "eviction_policy",
-        "which values go first when memory is short",
-    ),
-    (
-        "eviction_high_watermark",
-        "fraction of the pool above which writes evict",
-    ),
-    (
-        "requirepass",
-        "password clients must AUTH with (empty = none)",
-    ),
-    (
-        "metadata_server",
-        "cluster membership service (empty = standalone)",
-    ),
-    ("etcd_ca_cert_file", "PEM CA that signs etcd's certificate (set: etcd over TLS)"),
-    ("etcd_cert_file", "PEM client certificate for etcd"),
-    ("etcd_key_file", "PEM private key of etcd_cert_file"),
-    ("etcd_user", "etcd user (empty = no etcd authentication)"),
-    ("etcd_password", "password of etcd_user (prefer STRATA_ETCD_PASSWORD)"),
-    (
-        "ssd_path",
-        "directory of the NVMe tier's block files (empty = a temporary directory, removed at exit)",
-    ),
-    ("ssd_pool_size", "bytes of NVMe tier under DRAM (0 = none)"),
-    (
-        "ssd_max_value_size",
-        "largest value kept on NVMe (sets the block size)",
-    ),
-    ("ssd_engine", "NVMe I/O engine: psync or io_uring"),
-    (
-        "ssd_direct_io",
-        "open the block files with O_DIRECT (bypass the page cache)",
-    ),
-    (
-        "ssd_spill_queue_size",
-        "bytes of evicted values waiting to be written to NVMe",
-    ),
-    ("protocol", "data plane for payloads: tcp or rdma"),
-    (
-        "device_name",
-        "RDMA device for protocol rdma (empty = first active RoCEv2 port)",
-    ),
-    (
-        "rdma_fallback_tcp",
-        "with protocol rdma: use tcp (and warn) when no RDMA device works",
-    ),
-    (
-        "cma",
-        "same-host clients read and write by cross-memory attach: auto or off",
-    ),
-    (
-        "cma_lanes",
-        "threads that copy one cross-memory read of 2 MiB or more (1 = the calling thread alone)",
-    ),
-    (
-        "tcp_congestion",
-        "congestion control of the node's RESP and data-plane sockets: auto (cubic in place of the host's bbr), host, or a name such as cubic",
-    ),
-    (
-        "worker_threads",
-        "threads of the node's async runtime (0 = one per CPU core)",
-    ),
-    (
-        "busy_poll_us",
-        "µs a connection polls its socket for the next request before it sleeps (0 = off); keeps a core busy while requests come",
-    ),
-    (
-        "stream_poll_us",
-        "µs a connection in the middle of a long request or reply polls its socket for the next bytes before it sleeps (0 = off); costs a core only while a transfer runs",
-    ),
-    (
-        "echo_poll_us",
-        "most µs a connection polls for its next request after one that took 20 µs or more: as long again as that one took (0 = off); costs at most the CPU the transfer did",
-    ),
-    (
-        "notify_keyspace_events",
-        "keyspace notifications to publish, Redis' flags (e.g. KEA; empty = none; CONFIG SET notify-keyspace-events changes it live)",
-    ),
-    (
-        "pubsub_output_buffer_limit",
-        "bytes of messages a subscriber may have waiting before it is disconnected",
-    ),
-    (
-        "log_level",
-        "tracing filter, e.g. info or strata_server=debug",
-    ),
-];
+/// Every key a config file, a `STRATA_*` variable or a flag may set: the
+/// flags of [`Cli`] other than `--config` and `--print-config`, so the list
+/// cannot drift from what the node reads. Unknown keys are an error: a typo
+/// must not silently leave a default in place.
+pub fn keys() -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .map(|a| a.get_id().as_str())
+        .filter(|id| !matches!(*id, "config" | "print_config" | "help" | "version"))
+        .map(String::from)
+        .collect()
+}
 
 /// Command-line flags; each also reads `STRATA_<KEY>`, and every one is a
 /// key of strata.json (docs/OPERATIONS.md, "Configuration keys"). A flag
@@ -1111,8 +986,7 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
             cfg.log_level = v.into();
         }
         _ => {
-            let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
-            return Err(format!("unknown key (known keys: {})", known.join(", ")));
+            return Err(format!("unknown key (known keys: {})", keys().join(", ")));
         }
     }
     Ok(())
@@ -1364,6 +1238,27 @@ mod tests {
             "bind: \"localhost:1\" is not an IP address",
         ] {
             assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+    }
+
+    /// `keys()` is the one list: every flag sets a key the node accepts,
+    /// and the unknown-key message names each of them.
+    #[test]
+    fn every_flag_is_a_known_key() {
+        let keys = keys();
+        let cli = Cli::parse_from(["strata-server"]);
+        let flags: Vec<&str> = cli.overrides().iter().map(|(k, _)| *k).collect();
+        assert_eq!(flags, keys, "Cli::overrides() and the flags disagree");
+        let err = v(&[("bogus", "1")]).unwrap_err();
+        let listed: Vec<&str> = err
+            .split_once("known keys: ")
+            .and_then(|(_, rest)| rest.strip_suffix(')'))
+            .map(|list| list.split(", ").collect())
+            .unwrap_or_default();
+        assert_eq!(listed, keys, "the unknown-key message: {err}");
+        for key in &keys {
+            let accepted = v(&[(key, "")]).err().unwrap_or_default();
+            assert!(!accepted.contains("unknown key"), "{key}: {accepted}");
         }
     }
 

@@ -381,7 +381,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("CLIENT", -2, NO_KEYS, "connection", "Connection name, id and library info.", client::run),
     spec("CLUSTER", -2, NO_KEYS, "cluster", "The ring in Redis Cluster form: SHARDS, SLOTS, NODES, INFO, KEYSLOT, MYID.", cluster::run),
     spec("COMMAND", -1, NO_KEYS, "server", "Describes the commands.", command::run),
-    spec("CONFIG", -2, NO_KEYS, "server", "Reads configuration values (CONFIG GET).", config::run),
+    spec("CONFIG", -2, NO_KEYS, "server", "Reads configuration values (CONFIG GET); CONFIG SET changes notify-keyspace-events.", config::run),
     spec("DBSIZE", 1, NO_KEYS, "server", "Number of keys.", dbsize::run),
     write(spec("DEL", -2, ALL_KEYS, "generic", "Deletes keys.", del::run)),
     spec("ECHO", 2, NO_KEYS, "connection", "Returns its argument.", echo::run),

@@ -905,6 +905,11 @@ impl Metrics {
             cmd.calls_out.absolute(cmd.calls.load(Relaxed));
             cmd.errors_out.absolute(cmd.errors.load(Relaxed));
         }
+        self.exposition()
+    }
+
+    /// The text exposition of the figures as they now stand.
+    fn exposition(&self) -> String {
         // Keep the recorder alive for as long as the handles are used.
         let _ = &self.recorder;
         let mut out = self.handle.render();
@@ -912,5 +917,16 @@ impl Metrics {
         self.transfers.render(&mut out);
         self.prefixes.render(&mut out);
         out
+    }
+
+    /// The name of every metric the node exports (each `# TYPE` line of a
+    /// scrape), for checks that the docs list them all.
+    pub fn names(&self) -> Vec<String> {
+        self.exposition()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(String::from)
+            .collect()
     }
 }
