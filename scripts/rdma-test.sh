@@ -34,7 +34,9 @@ if [ "${1:-}" = --in-vm ]; then
   export RUST_BACKTRACE=1
   step() { printf '\n== [vm] %s\n' "$*"; }
   step "rdma unit tests"
-  "$UNIT" --test-threads=1 -q
+  # The spinner's tests time sleeps of a few ms, which an emulated guest
+  # stretches past their windows; cargo test runs them on the host.
+  "$UNIT" --test-threads=1 -q --skip spin::
   step "end to end over rxe0/rxe1"
   "$E2E" --include-ignored --test-threads=1 --skip helper_put_then_get_killed --skip read_throughput
   step "the Python SDK over rdma (python/tests/rdma/vm_sdk.py)"

@@ -145,6 +145,21 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
         promoted,
         "existence checks read nothing"
     );
+    // Nor does SET NX, which only asks whether the key exists (a value
+    // brought up from NVMe counts as a hit there before the command runs).
+    let hits = server.info_field("keyspace_hits_nvme");
+    let r: Option<String> = redis::cmd("SET")
+        .arg(key(7))
+        .arg("x")
+        .arg("NX")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r, None, "NX sees the key on NVMe");
+    assert_eq!(
+        server.info_field("keyspace_hits_nvme"),
+        hits,
+        "SET NX brought up the value it would not replace"
+    );
     let below = |i: usize| key(i);
     // EXISTS counts a key on NVMe; STRLEN and PTTL see it.
     let n: i64 = redis::cmd("EXISTS")
@@ -162,7 +177,8 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
     assert_eq!(get(&mut con, 3), None);
     let n: i64 = redis::cmd("DEL").arg(below(3)).query(&mut con).unwrap();
     assert_eq!(n, 0);
-    // SET NX on a key on NVMe does not apply; a plain SET replaces it.
+    // SET NX on a key on NVMe does not apply; SET XX and a plain SET
+    // replace it.
     let r: Option<String> = redis::cmd("SET")
         .arg(below(4))
         .arg("x")
@@ -170,6 +186,14 @@ fn four_times_dram_reads_back_exact_with_redis_semantics() {
         .query(&mut con)
         .unwrap();
     assert_eq!(r, None, "NX sees the key on NVMe");
+    let r: Option<String> = redis::cmd("SET")
+        .arg(below(6))
+        .arg("xx")
+        .arg("XX")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r.as_deref(), Some("OK"), "XX replaces a key on NVMe");
+    assert_eq!(get(&mut con, 6).as_deref(), Some(&b"xx"[..]));
     let _: () = redis::cmd("SET")
         .arg(below(5))
         .arg("new")

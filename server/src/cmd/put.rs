@@ -23,16 +23,17 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
+    // NX only asks whether the key exists: the NVMe index answers that
+    // without promoting a value the write would not replace.
     if cond == Condition::IfAbsent {
-        if let Some(out) = ctx.fetch_missing(&args[1..2]) {
+        if let Some(out) = ctx.fetch_for_existence(&args[1..2]) {
             return out;
         }
     }
     if let Some(out) = ctx.wait_for_room() {
         return out;
     }
-    let store = &ctx.node.store;
-    if cond == Condition::IfAbsent && store.exists(&args[1], ctx.now_ms) {
+    if cond == Condition::IfAbsent && ctx.exists(&args[1]) {
         return Reply::Nil.into();
     }
     let (desc, res) = match prepare(ctx.node, ctx.session.cma_peer, &args[2]) {

@@ -18,11 +18,8 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         Ok(x) => x,
         Err(e) => return e.into(),
     };
-    // NX/XX/KEEPTTL depend on the old value: bring it up from NVMe first.
-    if cond != Condition::Always || expiry == Expiry::Keep {
-        if let Some(out) = ctx.fetch_missing(&args[1..2]) {
-            return out;
-        }
+    if let Some(out) = bring_in_old(ctx, &args[1..2], cond, expiry) {
+        return out;
     }
     if let Some(out) = ctx.wait_for_room() {
         return out;
@@ -30,7 +27,7 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
     let store = &ctx.node.store;
     let (key, value) = (&args[1], &args[2]);
     // Don't evict anything for a write that will not apply.
-    let exists = || store.exists(key, ctx.now_ms);
+    let exists = || ctx.exists(key);
     if (cond == Condition::IfAbsent && exists()) || (cond == Condition::IfPresent && !exists()) {
         return Reply::Nil.into();
     }
@@ -55,6 +52,20 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         ctx.replicate(vec![key], copies, Reply::Ok)
     } else {
         Reply::Nil.into()
+    }
+}
+
+/// KEEPTTL keeps the old value's expiry and XX replaces a value the
+/// store's commit must find in DRAM, so a value below DRAM is brought up
+/// first; NX only asks whether the key exists, which the NVMe index
+/// answers without promoting a value the write would not replace. A key
+/// being moved here by a ring change is fetched either way.
+fn bring_in_old(ctx: &Ctx<'_>, key: &[Bytes], cond: Condition, expiry: Expiry) -> Option<Out> {
+    match cond {
+        _ if expiry == Expiry::Keep => ctx.fetch_missing(key),
+        Condition::IfPresent => ctx.fetch_missing(key),
+        Condition::IfAbsent => ctx.fetch_for_existence(key),
+        Condition::Always => None,
     }
 }
 
