@@ -147,9 +147,14 @@ fn suspect(h: &mut Health, answer: Result<bool, ()>, sent: u64, window: Duration
 }
 
 /// Whether, with this node, more than half of the members other than `n`
-/// suspect it.
+/// suspect it. Never in a cluster of two: one node's view alone (it may be
+/// the one that is slow or cut off) removes nobody; the member's lease
+/// decides there.
 async fn confirmed(node: &Node, peers: &Peers, n: &NodeRecord, patience: Duration) -> bool {
     let voters: Vec<NodeRecord> = others(node).into_iter().filter(|o| o.id != n.id).collect();
+    if voters.is_empty() {
+        return false;
+    }
     let asks = voters.iter().map(|v| async move {
         let ask: [&[u8]; 2] = [b"STRATA.VOUCH", n.id.as_bytes()];
         matches!(
