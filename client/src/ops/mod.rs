@@ -4,6 +4,7 @@
 //! opens a connection or learns the slot map: that is the handle's
 //! (`client.rs`) and the router's.
 
+mod exists;
 mod scan;
 
 use redis_protocol::resp2::types::BytesFrame;
