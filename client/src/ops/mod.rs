@@ -5,6 +5,7 @@
 //! (`client.rs`) and the router's.
 
 mod exists;
+mod inline;
 mod scan;
 
 use redis_protocol::resp2::types::BytesFrame;
