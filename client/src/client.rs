@@ -11,10 +11,10 @@ use strata_rdma::tcp::TcpStats;
 use strata_rdma::{DataPlane, Descriptor, Listen, ReadOp, Region, Transport, TransportKind};
 use strata_ring::key_slot;
 
-use crate::cma::Link;
-use crate::config::{ClientConfig, BATCH_INLINE_GET_MAX, ONE_SIDED_INLINE_GET_MAX};
+use crate::config::ClientConfig;
 use crate::conn::{expect_bulk_or_nil, expect_int, expect_ok, unexpected, Reply, Sink};
 use crate::node::{backoff, Idempotent, Node};
+use crate::ops::transfer::{guarded, Descs};
 use crate::router::{Access, Router};
 use crate::{Buffer, Error, Result};
 
@@ -329,17 +329,6 @@ impl Client {
             ));
         }
         read
-    }
-
-    /// Whether a single GET into `capacity` bytes from `node` goes as two
-    /// ranges (see [`ClientConfig::split_get_min`]).
-    fn splits(&self, node: &Node, capacity: usize) -> bool {
-        let capacity = capacity as u64;
-        self.transport.kind().over_tcp()
-            && self.cfg.split_get_min > 0
-            && capacity >= self.cfg.split_get_min
-            && capacity <= self.cfg.inline_get_max
-            && node.ranges()
     }
 
     /// A GET as its two halves, one on each of `node`'s lanes at once, each
@@ -681,148 +670,6 @@ impl Client {
         let text = expect_bulk_or_nil(reply)?.unwrap_or_default();
         Ok(String::from_utf8_lossy(&text).into_owned())
     }
-
-    fn describe(&self, region: &Region, range: Range<usize>) -> Result<Descriptor> {
-        if range.start > range.end {
-            return Err(Error::Invalid("range start after its end"));
-        }
-        let len = (range.end - range.start) as u64;
-        self.transport
-            .describe(region, range.start as u64, len, None)
-            .map_err(|_| Error::Invalid("range outside the buffer"))
-    }
-
-    /// The descriptors of `region[range]`: the data plane's, and a `cma`
-    /// one when this process may use cross-memory attach.
-    fn descs(&self, region: &Region, range: Range<usize>) -> Result<Descs> {
-        let net = self.describe(region, range)?;
-        let cma = self
-            .router
-            .cma
-            .as_ref()
-            .map(|l| l.describe(net.addr, net.len, net.rkey).to_string());
-        Ok(Descs {
-            net: net.to_string(),
-            cma,
-        })
-    }
-
-    /// The text of `net`'s descriptor, or of its `cma` twin when `cma` and
-    /// this process may use cross-memory attach (as [`Descs::pick`]).
-    fn desc_text(&self, net: &Descriptor, cma: bool) -> String {
-        match self.router.cma.as_ref().filter(|_| cma) {
-            Some(l) => l.describe(net.addr, net.len, net.rkey).to_string(),
-            None => net.to_string(),
-        }
-    }
-
-    /// Reads a leased source into `region` at `offset`: by cross-memory
-    /// attach from the node's process (`link`) for a `cma` source.
-    async fn pull(
-        &self,
-        link: Option<Link>,
-        lease: &Lease,
-        region: &Region,
-        offset: usize,
-        capacity: usize,
-    ) -> Result<usize> {
-        let len = lease.len;
-        fits(lease, capacity)?;
-        if lease.src.transport == TransportKind::Cma {
-            self.cma_pull(link, lease, region, offset)?;
-        } else if len > 0 {
-            self.transport
-                .read(&lease.src, region, offset as u64)
-                .await?;
-        }
-        Ok(len as usize)
-    }
-
-    /// Copies a `cma` source (already checked to fit) out of the node.
-    /// The `INLINE` argument of zero-copy GETs to a node, if any: `cma`
-    /// when its reads go by cross-memory attach, `batch` for `get_many`.
-    fn inline_option(&self, cma: bool, batch: bool) -> Option<String> {
-        let mut max = self.cfg.inline_get_max;
-        if cma || self.transport.kind() == TransportKind::Rdma {
-            max = max.min(ONE_SIDED_INLINE_GET_MAX);
-        }
-        if batch {
-            max = max.min(BATCH_INLINE_GET_MAX);
-        }
-        (max > 0).then(|| max.to_string())
-    }
-
-    /// The bytes of a PUT of `region[range]` that goes inline over TCP
-    /// (see [`ClientConfig::inline_put_max`]); `None` when it goes by a
-    /// one-sided read. `range` lies in `region` (`descs` checked it).
-    fn inline_put<'a>(&self, region: &'a Region, range: Range<usize>) -> Option<&'a [u8]> {
-        if !self.transport.kind().over_tcp() {
-            return None;
-        }
-        // A TLS client without a certificate serves no pulls: everything
-        // goes inline, bounded by the node's max_request_size.
-        let serves_pulls = self.cfg.tls.as_ref().is_none_or(|t| t.cert_file.is_some());
-        if serves_pulls && range.len() as u64 > self.cfg.inline_put_max {
-            return None;
-        }
-        let start = (region.addr() + range.start as u64) as *const u8;
-        // SAFETY: `range` lies inside `region` (checked by `descs`), memory
-        // registered for transfers and valid for reads while `region` is
-        // borrowed; the caller lent it to this put, as for the node's pull.
-        Some(unsafe { std::slice::from_raw_parts(start, range.len()) })
-    }
-
-    fn cma_pull(
-        &self,
-        link: Option<Link>,
-        lease: &Lease,
-        region: &Region,
-        offset: usize,
-    ) -> Result<()> {
-        let (Some(local), Some(link)) = (self.router.cma.as_ref(), link) else {
-            return Err(Error::Protocol(
-                "a cma source from a node this connection has no cma with".into(),
-            ));
-        };
-        if lease.len == 0 {
-            return Ok(());
-        }
-        let end = (offset as u64).checked_add(lease.len);
-        if end.is_none_or(|end| end > region.len()) {
-            return Err(Error::Invalid("range outside the buffer"));
-        }
-        let dst = (region.addr() + offset as u64) as *mut u8;
-        // SAFETY: `[dst, dst + len)` lies in `region` (checked above),
-        // memory the caller lent this get exclusively (`&mut Buffer`).
-        unsafe { local.read(link, &lease.src, dst) }
-    }
-}
-
-/// A buffer range named for a PUT or GET: by the network data plane, and
-/// by cross-memory attach where this process may use it.
-struct Descs {
-    net: String,
-    cma: Option<String>,
-}
-
-impl Descs {
-    fn pick(&self, cma: bool) -> &str {
-        match (&self.cma, cma) {
-            (Some(c), true) => c,
-            _ => &self.net,
-        }
-    }
-}
-
-/// Whether a read of `lease` was checked by the node as it was served
-/// (TCP: a read after the lease ended fails with STALE). Over RDMA the
-/// node cannot see the read: the bytes count only if RELEASE confirms the
-/// lease was still live, i.e. the value stayed pinned for the whole read.
-/// That costs one round trip per GET (or batch). Over CMA the same holds,
-/// except that a read which ended well within the lease's TTL (the node's
-/// clock is this host's) needs no confirmation (`Link::lease_still_live`).
-fn guarded(lease: &Lease) -> bool {
-    lease.src.transport.over_tcp()
 }
 
 /// A `-NOCMA` reply: the request goes again, alone, over the network.
@@ -831,10 +678,10 @@ fn no_cma<T>(r: &Result<T>) -> bool {
 }
 
 /// A GET's answer: where the value is, the lease pinning it, its length.
-struct Lease {
-    src: Descriptor,
-    id: i64,
-    len: u64,
+pub(crate) struct Lease {
+    pub(crate) src: Descriptor,
+    pub(crate) id: i64,
+    pub(crate) len: u64,
 }
 
 /// What a zero-copy GET answered.
@@ -944,7 +791,7 @@ impl Lease {
 }
 
 /// Whether a leased value fits a destination of `capacity` bytes.
-fn fits(lease: &Lease, capacity: usize) -> Result<()> {
+pub(crate) fn fits(lease: &Lease, capacity: usize) -> Result<()> {
     if lease.len > capacity as u64 {
         return Err(Error::TooLarge(format!(
             "value of {} bytes does not fit the destination of {capacity} bytes",

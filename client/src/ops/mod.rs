@@ -1,12 +1,15 @@
 //! The client's operations, one file per family of commands, as the server
 //! has one file per command: each file builds its commands, sends them
-//! through the router and parses their replies beside them. Nothing here
-//! opens a connection or learns the slot map: that is the handle's
-//! (`client.rs`) and the router's.
+//! through the router and parses their replies beside them. How a payload
+//! travels (inline in the command or the reply, pulled over the TCP data
+//! plane, copied by cross-memory attach, read over RDMA) is chosen in one
+//! place, `transfer`. Nothing here opens a connection or learns the slot
+//! map: that is the handle's (`client.rs`) and the router's.
 
 mod exists;
 mod inline;
 mod scan;
+pub(crate) mod transfer;
 
 use redis_protocol::resp2::types::BytesFrame;
 use strata_ring::key_slot;
