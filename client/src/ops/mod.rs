@@ -7,6 +7,7 @@
 //! map: that is the handle's (`client.rs`) and the router's.
 
 mod exists;
+pub(crate) mod get;
 mod inline;
 mod scan;
 pub(crate) mod transfer;

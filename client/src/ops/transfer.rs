@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use strata_rdma::{Descriptor, Region, Transport, TransportKind};
 
-use crate::client::{fits, Lease};
+use super::get::{fits, Lease};
 use crate::cma::Link;
 use crate::config::{BATCH_INLINE_GET_MAX, ONE_SIDED_INLINE_GET_MAX};
 use crate::node::Node;
