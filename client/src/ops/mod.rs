@@ -9,6 +9,7 @@
 mod exists;
 pub(crate) mod get;
 mod inline;
+mod put;
 mod scan;
 pub(crate) mod transfer;
 
