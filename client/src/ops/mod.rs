@@ -6,12 +6,13 @@
 //! place, `transfer`. Nothing here opens a connection or learns the slot
 //! map: that is the handle's (`client.rs`) and the router's.
 
+mod batch;
 mod exists;
-pub(crate) mod get;
+mod get;
 mod inline;
 mod put;
 mod scan;
-pub(crate) mod transfer;
+mod transfer;
 
 use redis_protocol::resp2::types::BytesFrame;
 use strata_ring::key_slot;
