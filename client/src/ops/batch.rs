@@ -7,13 +7,15 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis_protocol::resp2::types::BytesFrame;
 use strata_rdma::{Descriptor, ReadOp, Transport, TransportKind};
 use strata_ring::key_slot;
 
-use super::get::{copy_inline, fits, get_args, region_tail, sink, Got};
+use super::get::{copy_inline, fits, get_args, region_tail, sink, Got, Lease};
 use super::transfer::{guarded, Descs};
+use crate::cma::Link;
 use crate::conn::{expect_ok, unexpected, Sink};
 use crate::node::{Idempotent, Node};
 use crate::router::Access;
@@ -180,7 +182,7 @@ impl Client {
         sent: &[(usize, usize, Descs)],
     ) -> Result<Vec<Result<usize>>> {
         let link = node.cma_link();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let inline = self.inline_option(link.is_some(), true);
         let commands: Vec<Vec<&[u8]>> = idx
             .iter()
@@ -221,11 +223,28 @@ impl Client {
                 Err(e) => out[k] = Err(e),
             }
         }
-        // Every read of the batch at once: over TCP one data-plane round
-        // trip per connection for the whole batch.
+        let mut outcomes = self.read_leases(link, &leases, &idx, chunk, sent).await;
+        release_leases(&node, link, started, &leases, &mut outcomes).await?;
+        for ((k, _), outcome) in leases.iter().zip(outcomes) {
+            out[*k] = outcome;
+        }
+        Ok(out)
+    }
+
+    /// Every read of the batch at once: over TCP one data-plane round trip
+    /// per connection for the whole batch. One outcome per lease, whose
+    /// first field is its position in `idx`.
+    async fn read_leases<K: AsRef<[u8]>>(
+        &self,
+        link: Option<Link>,
+        leases: &[(usize, Lease)],
+        idx: &[usize],
+        chunk: &[(K, &mut Buffer, usize)],
+        sent: &[(usize, usize, Descs)],
+    ) -> Vec<Result<usize>> {
         let mut outcomes: Vec<Result<usize>> = Vec::with_capacity(leases.len());
         let mut ops = Vec::with_capacity(leases.len());
-        for (k, lease) in &leases {
+        for (k, lease) in leases {
             let (i, capacity, _) = &sent[idx[*k]];
             let (_, buf, offset) = &chunk[*i];
             outcomes.push(fits(lease, *capacity).map(|()| lease.len as usize));
@@ -248,37 +267,48 @@ impl Client {
             }
         }
         let mut read = self.transport.read_many(&ops).await.into_iter();
-        for (o, (_, lease)) in outcomes.iter_mut().zip(&leases) {
+        for (o, (_, lease)) in outcomes.iter_mut().zip(leases) {
             if o.is_ok() && lease.len > 0 && lease.src.transport != TransportKind::Cma {
                 if let Err(e) = read.next().expect("one result per read") {
                     *o = Err(e.into());
                 }
             }
         }
-        let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
-        let cma_live = link.is_some_and(|l| l.lease_still_live(started.elapsed()));
-        if leases
-            .iter()
-            .all(|(_, l)| guarded(l) || (l.src.transport == TransportKind::Cma && cma_live))
-        {
-            node.release(&ids).await;
-        } else {
-            // See `guarded`. Which lease ended is not said, so
-            // every read of the batch is retried alone.
-            let live = node.release_confirmed(&ids).await?;
-            if live < ids.len() as i64 {
-                for o in outcomes.iter_mut().filter(|o| o.is_ok()) {
-                    *o = Err(Error::Stale(
-                        "a lease of the batch ended before its read finished".into(),
-                    ));
-                }
+        outcomes
+    }
+}
+
+/// One RELEASE of a batch's leases, `started` before their GETs went out;
+/// it must confirm them when some read was not checked as it was served
+/// (see `guarded`), and a lease that had ended makes every read that
+/// succeeded `Stale`.
+async fn release_leases(
+    node: &Node,
+    link: Option<Link>,
+    started: Instant,
+    leases: &[(usize, Lease)],
+    outcomes: &mut [Result<usize>],
+) -> Result<()> {
+    let ids: Vec<i64> = leases.iter().map(|(_, l)| l.id).collect();
+    let cma_live = link.is_some_and(|l| l.lease_still_live(started.elapsed()));
+    if leases
+        .iter()
+        .all(|(_, l)| guarded(l) || (l.src.transport == TransportKind::Cma && cma_live))
+    {
+        node.release(&ids).await;
+    } else {
+        // See `guarded`. Which lease ended is not said, so
+        // every read of the batch is retried alone.
+        let live = node.release_confirmed(&ids).await?;
+        if live < ids.len() as i64 {
+            for o in outcomes.iter_mut().filter(|o| o.is_ok()) {
+                *o = Err(Error::Stale(
+                    "a lease of the batch ended before its read finished".into(),
+                ));
             }
         }
-        for ((k, _), outcome) in leases.iter().zip(outcomes) {
-            out[*k] = outcome;
-        }
-        Ok(out)
     }
+    Ok(())
 }
 
 /// A `-NOCMA` reply: the request goes again, alone, over the network.
