@@ -38,6 +38,7 @@ mod config;
 mod conn;
 mod error;
 mod node;
+mod ops;
 mod route;
 mod router;
 mod slots;

@@ -40,6 +40,19 @@ struct Snapshot {
     generation: u64,
 }
 
+/// One node's part of a round of `routed_batch`: the node, the indices of
+/// its items, and what the operation answered for them.
+type Answered<T> = (Arc<Node>, Vec<usize>, Result<Vec<Result<T>>>);
+
+/// What one round of `routed_batch` leaves to do: the items to send again,
+/// the error that sent the last of them back, and whether each is only a
+/// redirect to a node that is up.
+struct Retry {
+    again: Vec<usize>,
+    why: Option<Error>,
+    only_redirects: bool,
+}
+
 pub(crate) struct Router {
     cfg: ClientConfig,
     nodes: Mutex<HashMap<String, Arc<Node>>>,
@@ -321,17 +334,7 @@ impl Router {
         let (mut rounds, mut redirects) = (0u32, 0u32);
         while !pending.is_empty() {
             let snap = self.snapshot();
-            let mut groups: BTreeMap<String, (Arc<Node>, Vec<usize>)> = BTreeMap::new();
-            for &i in &pending {
-                let node = redirect[i]
-                    .take()
-                    .unwrap_or_else(|| self.target(&snap.map, slots[i], access));
-                groups
-                    .entry(node.addr.clone())
-                    .or_insert_with(|| (node, Vec::new()))
-                    .1
-                    .push(i);
-            }
+            let groups = self.group(&snap.map, slots, access, &pending, &mut redirect);
             // One node (every single-key call): awaited in place. Through
             // `join_all` the op's future (several KiB) was moved into and
             // out of a `Vec` of `MaybeDone`s, about 20 KiB of memcpy per
@@ -355,58 +358,15 @@ impl Router {
                 });
                 futures::future::join_all(sends).await
             };
-            let mut again = Vec::new();
-            let mut why: Option<Error> = None;
-            // Every retry is a redirect to a node that is up: no waiting.
-            let mut only_redirects = true;
-            for (node, items, outcome) in done {
-                let per_item: Vec<(usize, Result<T>)> = match outcome {
-                    Ok(results) => items.into_iter().zip(results).collect(),
-                    Err(e) => {
-                        if e.is_node_failure() {
-                            node.mark_down();
-                        }
-                        let mut per = Vec::with_capacity(items.len());
-                        for &i in &items[1..] {
-                            per.push((i, Err(e.duplicate())));
-                        }
-                        per.push((items[0], Err(e)));
-                        per
-                    }
-                };
-                for (i, result) in per_item {
-                    match result {
-                        Err(e) if self.retryable(&e, idem) => {
-                            match &e {
-                                Error::Moved { addr, .. } => {
-                                    let to = self.node(addr);
-                                    if self.cfg.failover_enabled && to.down_recently() {
-                                        // The cluster has not failed over yet.
-                                        only_redirects = false;
-                                    } else {
-                                        redirect[i] = Some(to);
-                                    }
-                                }
-                                _ => only_redirects = false,
-                            }
-                            again.push(i);
-                            why = Some(e);
-                        }
-                        result => out[i] = Some(result),
-                    }
-                }
-            }
+            let Retry {
+                again,
+                why,
+                only_redirects,
+            } = self.settle(done, idem, &mut out, &mut redirect);
             let Some(why) = why else { break };
             rounds += 1;
             redirects = if only_redirects { redirects + 1 } else { 0 };
-            let in_budget = if only_redirects {
-                redirects <= self.cfg.retry_attempts
-            } else if self.cfg.failover_enabled {
-                started.elapsed() < self.failover_timeout()
-            } else {
-                rounds <= self.cfg.retry_attempts
-            };
-            if !in_budget {
+            if !self.in_budget(only_redirects, redirects, rounds, started) {
                 let why = self.give_up(why);
                 for &i in &again[1..] {
                     out[i] = Some(Err(why.duplicate()));
@@ -423,6 +383,108 @@ impl Router {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Protocol("no reply for an item".into()))))
             .collect()
+    }
+
+    /// The `pending` items by the node each goes to: the one a `-MOVED`
+    /// named for it (taken from `redirect`), else its slot's in `map`.
+    fn group(
+        &self,
+        map: &SlotMap,
+        slots: &[u16],
+        access: Access,
+        pending: &[usize],
+        redirect: &mut [Option<Arc<Node>>],
+    ) -> BTreeMap<String, (Arc<Node>, Vec<usize>)> {
+        let mut groups: BTreeMap<String, (Arc<Node>, Vec<usize>)> = BTreeMap::new();
+        for &i in pending {
+            let node = redirect[i]
+                .take()
+                .unwrap_or_else(|| self.target(map, slots[i], access));
+            groups
+                .entry(node.addr.clone())
+                .or_insert_with(|| (node, Vec::new()))
+                .1
+                .push(i);
+        }
+        groups
+    }
+
+    /// Sorts one round's outcomes: the final ones into `out`, the items to
+    /// send again into the [`Retry`] (with the node a `-MOVED` named in
+    /// `redirect`). A node that failed is marked down.
+    fn settle<T>(
+        &self,
+        done: Vec<Answered<T>>,
+        idem: Idempotent,
+        out: &mut [Option<Result<T>>],
+        redirect: &mut [Option<Arc<Node>>],
+    ) -> Retry {
+        let mut again = Vec::new();
+        let mut why: Option<Error> = None;
+        // Every retry is a redirect to a node that is up: no waiting.
+        let mut only_redirects = true;
+        for (node, items, outcome) in done {
+            let per_item: Vec<(usize, Result<T>)> = match outcome {
+                Ok(results) => items.into_iter().zip(results).collect(),
+                Err(e) => {
+                    if e.is_node_failure() {
+                        node.mark_down();
+                    }
+                    let mut per = Vec::with_capacity(items.len());
+                    for &i in &items[1..] {
+                        per.push((i, Err(e.duplicate())));
+                    }
+                    per.push((items[0], Err(e)));
+                    per
+                }
+            };
+            for (i, result) in per_item {
+                match result {
+                    Err(e) if self.retryable(&e, idem) => {
+                        match &e {
+                            Error::Moved { addr, .. } => {
+                                let to = self.node(addr);
+                                if self.cfg.failover_enabled && to.down_recently() {
+                                    // The cluster has not failed over yet.
+                                    only_redirects = false;
+                                } else {
+                                    redirect[i] = Some(to);
+                                }
+                            }
+                            _ => only_redirects = false,
+                        }
+                        again.push(i);
+                        why = Some(e);
+                    }
+                    result => out[i] = Some(result),
+                }
+            }
+        }
+        Retry {
+            again,
+            why,
+            only_redirects,
+        }
+    }
+
+    /// Whether `routed_batch` may send its items again: a run of
+    /// `redirects` in a row up to `retry_attempts`; other failures until
+    /// `failover_timeout_ms` since it `started` with failover on, else up to
+    /// `retry_attempts` `rounds`.
+    fn in_budget(
+        &self,
+        only_redirects: bool,
+        redirects: u32,
+        rounds: u32,
+        started: Instant,
+    ) -> bool {
+        if only_redirects {
+            redirects <= self.cfg.retry_attempts
+        } else if self.cfg.failover_enabled {
+            started.elapsed() < self.failover_timeout()
+        } else {
+            rounds <= self.cfg.retry_attempts
+        }
     }
 
     /// A write for an owner that failed a moment ago is not sent into the
