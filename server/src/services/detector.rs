@@ -106,9 +106,12 @@ fn others(node: &Node) -> Vec<NodeRecord> {
 /// How many of `members` answer a ping within a fifth of the fence window.
 pub async fn reachable(node: &Node, members: &[NodeRecord]) -> usize {
     let patience = node.cluster.fence.window() / 5;
-    let answers =
-        futures::future::join_all(members.iter().map(|n| ping(&node.peers, &n.resp_addr, patience)))
-            .await;
+    let answers = futures::future::join_all(
+        members
+            .iter()
+            .map(|n| ping(&node.peers, &n.resp_addr, patience)),
+    )
+    .await;
     answers.into_iter().filter(|a| *a == Ok(true)).count()
 }
 
