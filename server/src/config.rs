@@ -223,6 +223,21 @@ pub struct Cli {
     /// Bytes of messages a subscriber may have waiting before it is cut off [default: 32MiB].
     #[arg(long, env = "STRATA_PUBSUB_OUTPUT_BUFFER_LIMIT")]
     pubsub_output_buffer_limit: Option<String>,
+    /// ZMQ endpoint of vLLM-format KV events, e.g. tcp://*:5557 (bind) or tcp://router:5557 (connect) [default: none, off].
+    #[arg(long, env = "STRATA_KV_EVENTS_ENDPOINT")]
+    kv_events_endpoint: Option<String>,
+    /// ZMQ ROUTER endpoint (bound) that replays recent KV-event batches by sequence number [default: none, off].
+    #[arg(long, env = "STRATA_KV_EVENTS_REPLAY_ENDPOINT")]
+    kv_events_replay_endpoint: Option<String>,
+    /// Block changes waiting for the KV-event publisher; more are dropped and counted [default: 100000].
+    #[arg(long, env = "STRATA_KV_EVENTS_QUEUE")]
+    kv_events_queue: Option<String>,
+    /// Topic frame of every KV-event message (llm-d reads the pod and model from it) [default: empty].
+    #[arg(long, env = "STRATA_KV_EVENTS_TOPIC")]
+    kv_events_topic: Option<String>,
+    /// Tokens per block that KV events report: the engines' block (page) size [default: 16].
+    #[arg(long, env = "STRATA_KV_EVENTS_BLOCK_SIZE")]
+    kv_events_block_size: Option<String>,
     /// A tracing filter, e.g. debug or strata_server=debug [default: info].
     #[arg(long, env = "STRATA_LOG_LEVEL")]
     log_level: Option<String>,
@@ -298,6 +313,14 @@ impl Cli {
                 "pubsub_output_buffer_limit",
                 self.pubsub_output_buffer_limit.as_ref(),
             ),
+            ("kv_events_endpoint", self.kv_events_endpoint.as_ref()),
+            (
+                "kv_events_replay_endpoint",
+                self.kv_events_replay_endpoint.as_ref(),
+            ),
+            ("kv_events_queue", self.kv_events_queue.as_ref()),
+            ("kv_events_topic", self.kv_events_topic.as_ref()),
+            ("kv_events_block_size", self.kv_events_block_size.as_ref()),
             ("log_level", self.log_level.as_ref()),
         ]
     }
@@ -401,6 +424,14 @@ pub struct Config {
     /// changes the live ones, in `Node::pubsub`).
     pub notify_keyspace_events: String,
     pub pubsub_output_buffer_limit: u64,
+    /// Empty: no KV-event publisher (see `crate::kv_events`).
+    pub kv_events_endpoint: String,
+    /// Empty: no replay socket.
+    pub kv_events_replay_endpoint: String,
+    /// Bound of the queue between the store and the publisher, in changes.
+    pub kv_events_queue: u64,
+    pub kv_events_topic: String,
+    pub kv_events_block_size: u32,
     pub log_level: String,
 }
 
@@ -441,6 +472,14 @@ const MAX_LEASE_MS: u64 = 600_000;
 const MAX_LEASES_LIMIT: u64 = 1_000_000;
 /// Bounded by file descriptors, not by strata itself.
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+/// vLLM's `max_queue_size` default; 16 bytes a change.
+const DEFAULT_KV_EVENTS_QUEUE: u64 = 100_000;
+/// 16 bytes a change: at most 256 MiB queued.
+const MAX_KV_EVENTS_QUEUE: u64 = 16_000_000;
+/// A topic is one frame of every message: keep it a label.
+const MAX_KV_EVENTS_TOPIC: usize = 256;
+/// Beyond any engine's block or page size.
+const MAX_KV_EVENTS_BLOCK_SIZE: u64 = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -500,6 +539,11 @@ impl Default for Config {
             echo_poll_us: strata_rdma::spin::ECHO_US_DEFAULT as u32,
             notify_keyspace_events: String::new(),
             pubsub_output_buffer_limit: 32 * MIB,
+            kv_events_endpoint: String::new(),
+            kv_events_replay_endpoint: String::new(),
+            kv_events_queue: DEFAULT_KV_EVENTS_QUEUE,
+            kv_events_topic: String::new(),
+            kv_events_block_size: 16,
             log_level: "info".into(),
         }
     }
@@ -653,6 +697,7 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
             ));
         }
     }
+    check_kv_events(&cfg, &mut errors);
     if cfg.metrics_port != 0 && cfg.metrics_port == cfg.port {
         errors.push(format!(
             "metrics_port: {} is the same as port; use another port or 0 to disable",
@@ -673,6 +718,22 @@ pub fn validate(raw: &[(String, RawValue)]) -> Result<Config, String> {
         Ok(cfg)
     } else {
         Err(format!("invalid configuration:\n  {}", errors.join("\n  ")))
+    }
+}
+
+/// The KV-event keys that only make sense together.
+fn check_kv_events(cfg: &Config, errors: &mut Vec<String>) {
+    let (pub_, replay) = (&cfg.kv_events_endpoint, &cfg.kv_events_replay_endpoint);
+    if pub_.is_empty() && !replay.is_empty() {
+        errors.push(
+            "kv_events_replay_endpoint: set, but kv_events_endpoint is empty (the replay socket replays what the publisher sent; set both or neither)"
+                .into(),
+        );
+    }
+    if !pub_.is_empty() && pub_ == replay {
+        errors.push(format!(
+            "kv_events_replay_endpoint: {replay:?} is also kv_events_endpoint; give each its own port"
+        ));
     }
 }
 
@@ -985,6 +1046,28 @@ fn apply(cfg: &mut Config, key: &str, v: &str) -> Result<(), String> {
                 .map_err(|e| format!("{v:?} is not a log filter: {e}"))?;
             cfg.log_level = v.into();
         }
+        "kv_events_endpoint" => {
+            if !v.is_empty() {
+                crate::kv_events::endpoint::parse(v)?;
+            }
+            cfg.kv_events_endpoint = v.into();
+        }
+        "kv_events_replay_endpoint" => {
+            if !v.is_empty() {
+                crate::kv_events::endpoint::parse_bind(v)?;
+            }
+            cfg.kv_events_replay_endpoint = v.into();
+        }
+        "kv_events_queue" => cfg.kv_events_queue = int_in(v, 1, MAX_KV_EVENTS_QUEUE)?,
+        "kv_events_topic" => {
+            if v.len() > MAX_KV_EVENTS_TOPIC {
+                return Err(format!("longer than {MAX_KV_EVENTS_TOPIC} bytes"));
+            }
+            cfg.kv_events_topic = v.into();
+        }
+        "kv_events_block_size" => {
+            cfg.kv_events_block_size = int_in(v, 1, MAX_KV_EVENTS_BLOCK_SIZE)? as u32
+        }
         _ => {
             return Err(format!("unknown key (known keys: {})", keys().join(", ")));
         }
@@ -1074,6 +1157,17 @@ impl Config {
             (
                 "pubsub_output_buffer_limit",
                 self.pubsub_output_buffer_limit.to_string(),
+            ),
+            ("kv_events_endpoint", self.kv_events_endpoint.clone()),
+            (
+                "kv_events_replay_endpoint",
+                self.kv_events_replay_endpoint.clone(),
+            ),
+            ("kv_events_queue", self.kv_events_queue.to_string()),
+            ("kv_events_topic", self.kv_events_topic.clone()),
+            (
+                "kv_events_block_size",
+                self.kv_events_block_size.to_string(),
             ),
             ("log_level", self.log_level.clone()),
             // redis-benchmark asks for these at start; we persist nothing.
@@ -1345,6 +1439,41 @@ mod tests {
             (ok.tls_auth_clients.as_str(), ok.tls_cluster),
             ("no", false)
         );
+    }
+
+    #[test]
+    fn kv_event_keys() {
+        let c = v(&[]).unwrap();
+        assert_eq!(
+            (c.kv_events_endpoint.as_str(), c.kv_events_queue),
+            ("", 100_000)
+        );
+        let ok = v(&[
+            ("kv_events_endpoint", "tcp://*:5557"),
+            ("kv_events_replay_endpoint", "tcp://*:5558"),
+            ("kv_events_queue", "10"),
+            ("kv_events_block_size", "64"),
+        ])
+        .unwrap();
+        assert_eq!((ok.kv_events_queue, ok.kv_events_block_size), (10, 64));
+        let e = v(&[
+            ("kv_events_endpoint", "udp://*:5557"),
+            ("kv_events_queue", "0"),
+            ("kv_events_block_size", "0"),
+        ])
+        .unwrap_err();
+        for needle in [
+            "kv_events_endpoint: \"udp://*:5557\" is not a ZMQ TCP endpoint",
+            "kv_events_queue: 0 is out of range",
+            "kv_events_block_size: 0 is out of range",
+        ] {
+            assert!(e.contains(needle), "missing {needle:?} in:\n{e}");
+        }
+        let e = v(&[("kv_events_replay_endpoint", "tcp://*:5558")]).unwrap_err();
+        assert!(e.contains("kv_events_endpoint is empty"), "{e}");
+        let same = ("kv_events_endpoint", "tcp://*:5557");
+        let e = v(&[same, ("kv_events_replay_endpoint", "tcp://*:5557")]).unwrap_err();
+        assert!(e.contains("give each its own port"), "{e}");
     }
 
     #[test]

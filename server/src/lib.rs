@@ -5,7 +5,8 @@
 //!
 //! Layout: `listener` accepts and bounds connections, `connection` frames
 //! requests and writes replies, `cmd/` has one file per command, `node`
-//! holds what all connections share, `metrics` and `http` export figures.
+//! holds what all connections share, `metrics` and `http` export figures,
+//! `pubsub` and `kv_events` tell subscribers and KV-aware routers of changes.
 
 pub mod busy_poll;
 pub mod clock;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod errors;
 pub mod http;
+pub mod kv_events;
 pub mod lease;
 pub mod listener;
 pub mod metrics;

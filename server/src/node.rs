@@ -17,6 +17,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::lease::{LeaseGuard, Leases, SWEEP_INTERVAL};
 use crate::metrics::Metrics;
+use crate::pubsub::keyspace::Event;
 
 /// How long a cluster member remembers a delete.
 const TOMBSTONE_MS: u64 = 10 * 60 * 1000;
@@ -54,6 +55,8 @@ pub struct Node {
     pub busy_poll: strata_rdma::spin::Spinner,
     /// Pub/sub channels and keyspace notifications.
     pub pubsub: crate::pubsub::Hub,
+    /// The KV-event publisher (`kv_events_endpoint`), if on.
+    pub kv_events: Option<crate::kv_events::KvEvents>,
     /// Framing limits derived from the config.
     pub limits: Limits,
     /// One permit per allowed client connection.
@@ -158,6 +161,7 @@ impl Node {
         let mut me = me;
         me.process = cma.as_ref().map(|c| c.record());
         let cluster = Cluster::new(me, cfg.standalone(), Duration::from_millis(cfg.fence_ms));
+        let kv_events = crate::kv_events::start(&cfg, media(&cfg, lower.is_some())).await?;
         Ok(Node {
             peers: Peers::new(
                 cfg.requirepass.clone(),
@@ -177,6 +181,7 @@ impl Node {
                     .map_err(anyhow::Error::msg)
                     .context("notify_keyspace_events")?,
             ),
+            kv_events,
             limits,
             arena_region,
             store,
@@ -211,6 +216,7 @@ impl Node {
             cma: self.cma.as_deref(),
             spill: self.spill.as_ref().map(|s| s.stats()),
             pubsub: &self.pubsub,
+            kv_events: self.kv_events.as_ref().map(|k| &*k.stats),
         }
     }
 
@@ -225,11 +231,20 @@ impl Node {
         addr as u64 - self.arena_region.addr()
     }
 
-    /// Publishes a keyspace event for a key this node owns. In a cluster
-    /// only a key's primary publishes (a replica's copy is not news), so a
-    /// subscriber to every node sees each event once.
-    pub fn notify_owned(&self, event: crate::pubsub::keyspace::Event, key: &[u8]) {
-        if !self.pubsub.keyspace.wants(event) {
+    /// Publishes a keyspace event, and the KV event it means for a block
+    /// key, for a key this node owns. In a cluster only a key's primary
+    /// publishes (a replica's copy is not news), so a subscriber to every
+    /// node sees each event once. Callable with the store's locks held
+    /// (tier events): only a write ([`Event::Set`], never a tier event)
+    /// asks the store anything.
+    pub fn notify_owned(&self, event: Event, key: &[u8]) {
+        let keyspace = self.pubsub.keyspace.wants(event);
+        let block = self
+            .kv_events
+            .as_ref()
+            .filter(|_| crate::kv_events::concerns(event))
+            .and_then(|kv| Some((kv, crate::kv_events::block_hash(key)?)));
+        if !keyspace && block.is_none() {
             return;
         }
         if !self.cluster.standalone() {
@@ -239,7 +254,32 @@ impl Node {
                 return;
             }
         }
-        self.pubsub.notify(event, key);
+        if keyspace {
+            self.pubsub.notify(event, key);
+        }
+        if let Some((kv, hash)) = block {
+            kv.on(event, hash, || self.written_to(key));
+        }
+    }
+
+    /// Which medium a write of `key` landed in: DRAM, unless the GPU tier
+    /// took it (a write goes up at once when it has room).
+    fn written_to(&self, key: &[u8]) -> crate::kv_events::Medium {
+        use crate::kv_events::Medium;
+        if self.cfg.gpu_memory_pool_size == 0 {
+            return Medium::Cpu;
+        }
+        match self.store.meta(key, now_ms()).map(|m| m.tier) {
+            Some(strata_tiering::Tier::Gpu) => Medium::Gpu,
+            _ => Medium::Cpu,
+        }
+    }
+
+    /// Tells KV-event subscribers that every block left (`FLUSHALL`).
+    pub fn kv_events_cleared(&self) {
+        if let Some(kv) = &self.kv_events {
+            kv.send(crate::kv_events::Change::Cleared);
+        }
     }
 
     pub fn next_client_id(&self) -> u64 {
@@ -259,7 +299,7 @@ impl Node {
         impl strata_tiering::Observer for Events {
             fn tier_event(&self, event: strata_tiering::TierEvent, key: &[u8]) {
                 if let Some(node) = self.0.upgrade() {
-                    node.notify_owned(crate::pubsub::keyspace::Event::from_tier(event), key);
+                    node.notify_owned(Event::from_tier(event), key);
                 }
             }
         }
@@ -311,6 +351,17 @@ impl Node {
             }
         });
     }
+}
+
+/// The media this node's tiers are, for KV events.
+fn media(cfg: &Config, nvme: bool) -> Vec<crate::kv_events::Medium> {
+    use crate::kv_events::Medium;
+    let gpu = (cfg.gpu_memory_pool_size > 0).then_some(Medium::Gpu);
+    let storage = nvme.then_some(Medium::Storage);
+    gpu.into_iter()
+        .chain([Medium::Cpu])
+        .chain(storage)
+        .collect()
 }
 
 fn join_host_port(host: &str, port: u16) -> String {

@@ -13,5 +13,6 @@ pub fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Out {
         _ => return CommandError::syntax().into(),
     }
     ctx.node.store.flush(ctx.now_ms);
+    ctx.node.kv_events_cleared();
     Reply::Ok.into()
 }

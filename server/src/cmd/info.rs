@@ -218,6 +218,7 @@ fn render(node: &Node, section: &str, out: &mut String) {
                     n.load(Relaxed),
                 );
             }
+            kv_events(out, node.kv_events.as_ref());
         }
         "tiers" => {
             out.push_str("# Tiers\r\n");
@@ -353,4 +354,23 @@ fn render(node: &Node, section: &str, out: &mut String) {
 
 fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
     let _ = write!(out, "{key}:{value}\r\n");
+}
+
+/// The KV-event publisher's lines of `# Stats` (`kv_events_enabled:0`
+/// alone when it is off).
+fn kv_events(out: &mut String, kv: Option<&crate::kv_events::KvEvents>) {
+    let Some(kv) = kv else {
+        line(out, "kv_events_enabled", 0);
+        return;
+    };
+    let s = &kv.stats;
+    line(out, "kv_events_enabled", 1);
+    line(out, "kv_events_endpoint", &kv.endpoint);
+    line(out, "kv_events_replay_endpoint", &kv.replay_endpoint);
+    line(out, "kv_events_batches", s.batches.load(Relaxed));
+    line(out, "kv_events_stored", s.stored.load(Relaxed));
+    line(out, "kv_events_removed", s.removed.load(Relaxed));
+    line(out, "kv_events_cleared", s.cleared.load(Relaxed));
+    line(out, "kv_events_dropped", s.dropped.load(Relaxed));
+    line(out, "kv_events_replays", s.replays.load(Relaxed));
 }

@@ -43,6 +43,8 @@ pub struct Scrape<'a> {
     pub cma: Option<&'a Cma>,
     pub spill: Option<SpillStats>,
     pub pubsub: &'a Hub,
+    /// The KV-event publisher's figures; `None` when it is off (zeros).
+    pub kv_events: Option<&'a crate::kv_events::Stats>,
 }
 
 /// Per-command figures, in the order of the names the metrics were made
@@ -167,6 +169,11 @@ struct Exported {
     pubsub_disconnected_total: Counter,
     keyspace_events_total: Vec<Counter>,
     keyspace_events_dropped_total: Counter,
+    /// Per type: stored, removed, cleared.
+    kv_events_total: [Counter; 3],
+    kv_events_dropped_total: Counter,
+    kv_event_batches_total: Counter,
+    kv_event_replays_total: Counter,
     nvme: NvmeExported,
     gpu: GpuExported,
 }
@@ -749,6 +756,34 @@ impl Metrics {
                     })
                     .collect()
             },
+            kv_events_total: {
+                r.describe_counter(
+                    "strata_kv_events_total".into(),
+                    Some(Unit::Count),
+                    "KV events published (kv_events_endpoint), by type.".into(),
+                );
+                ["BlockStored", "BlockRemoved", "AllBlocksCleared"].map(|t| {
+                    r.register_counter(
+                        &Key::from_parts("strata_kv_events_total", vec![Label::new("type", t)]),
+                        &META,
+                    )
+                })
+            },
+            kv_events_dropped_total: counter(
+                "strata_kv_events_dropped_total",
+                Unit::Count,
+                "Block changes dropped because the KV-event queue (kv_events_queue) was full.",
+            ),
+            kv_event_batches_total: counter(
+                "strata_kv_event_batches_total",
+                Unit::Count,
+                "KV-event batches published; the next batch's sequence number.",
+            ),
+            kv_event_replays_total: counter(
+                "strata_kv_event_replays_total",
+                Unit::Count,
+                "Replay requests served on kv_events_replay_endpoint.",
+            ),
             nvme: nvme_exported,
             gpu: gpu_exported,
         };
@@ -899,6 +934,18 @@ impl Metrics {
         }
         e.keyspace_events_dropped_total
             .absolute(hub.keyspace.queue.dropped.load(Relaxed));
+        if let Some(kv) = x.kv_events {
+            for (c, n) in e
+                .kv_events_total
+                .iter()
+                .zip([&kv.stored, &kv.removed, &kv.cleared])
+            {
+                c.absolute(n.load(Relaxed));
+            }
+            e.kv_events_dropped_total.absolute(kv.dropped.load(Relaxed));
+            e.kv_event_batches_total.absolute(kv.batches.load(Relaxed));
+            e.kv_event_replays_total.absolute(kv.replays.load(Relaxed));
+        }
         self.transfers.export();
         self.prefixes.export();
         for cmd in &self.commands {
