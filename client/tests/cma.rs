@@ -467,7 +467,7 @@ async fn long_reads_are_split_over_lanes_on_both_sides() {
 
 /// A GET answered with a `cma` lease is a transfer the node does not see:
 /// the client's next request follows once it has copied the value, so the
-/// node polls for it about that long (`echo_poll_us`, here 1 ms) after each
+/// node polls for it about that long (`echo_poll_us`, set below) after each
 /// lease, and finds it at least sometimes (how often is a matter of speed:
 /// `strata-bench`, not this test). Off, it never polls.
 #[tokio::test]

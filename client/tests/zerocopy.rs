@@ -380,7 +380,8 @@ fn put_given_up_over_cma_then_reused_stores_no_mixed_value() {
     for round in 0..8u64 {
         let key = format!("cma-reused-{round}");
         b.as_mut_slice().fill(0xee);
-        // Given up after 0.5-4 ms, while the node still copies 64 MiB.
+        // Given up after a limit that grows each round (`limit`), short
+        // enough that the node is still copying the 64 MiB value.
         let limit = Duration::from_micros(500 * (round + 1));
         let put = victim.put_from(key.as_bytes(), &b, 0..64 * MIB);
         let _ = rt.block_on(async { tokio::time::timeout(limit, put).await });
