@@ -645,6 +645,45 @@ fn node_restarted_within_its_lease_gets_its_copies_back() {
     assert!(bad.is_empty(), "lost after the second kill: {bad:?}");
 }
 
+/// A member whose record is gone gets no peer's word that it may serve,
+/// even once they reach it again: the others took its slots over and wrote
+/// past its copies, and that word let it serve them (stale reads in
+/// tests/bed/faults.py's `isolate`) before it learned from etcd that its
+/// record was deleted. A healthy member keeps the word, and the removed one
+/// gets it back once it has registered anew.
+#[test]
+fn peers_vouch_only_for_members_whose_record_they_hold() {
+    let cluster = Cluster::start(&["64MiB", "64MiB", "64MiB"], 2);
+    let vouch = |from: usize, id: &str| {
+        try_request(cluster.node(from).addr(), &[b"STRATA.VOUCH", id.as_bytes()])
+            .map(|r| parse_reply(&r))
+            .ok()
+    };
+    assert_eq!(vouch(0, "n1"), Some(Resp::Int(1)), "a healthy member");
+    assert_eq!(vouch(0, "nobody"), Some(Resp::Int(0)), "never a member");
+
+    let pid = cluster.node(2).pid().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let removed = wait_until(within(RING_TIMEOUT), || {
+        (0..2).all(|i| cluster.node(i).try_metric("strata_ring_nodes") == Some(2.0))
+    });
+    let (at_0, at_1) = (vouch(0, "n2"), vouch(1, "n2"));
+    signal("-CONT");
+    assert!(removed, "the stopped node was not removed from the others' rings");
+    assert_eq!(at_0, Some(Resp::Int(0)), "node 0 vouched for a removed member");
+    assert_eq!(at_1, Some(Resp::Int(0)), "node 1 vouched for a removed member");
+
+    cluster.wait_ring(3);
+    assert!(
+        wait_until(within(RING_TIMEOUT), || vouch(0, "n2") == Some(Resp::Int(1))),
+        "the member registered anew but node 0 does not vouch for it"
+    );
+}
+
 #[test]
 fn nodes_serve_while_their_leases_last_when_etcd_is_down_then_refuse_and_rejoin_with_every_write() {
     let mut cluster = Cluster::start(&["64MiB", "64MiB", "64MiB"], 2);

@@ -54,7 +54,8 @@ pub struct Cluster {
     /// later one once it dropped its copies (a new member to repair).
     pub incarnation: AtomicU64,
     /// The etcd revision of each member's record as last seen, so that a
-    /// delete names the version it means and never a successor's.
+    /// delete names the version it means and never a successor's; a member
+    /// whose record was seen deleted is not here.
     pub member_revisions: Mutex<std::collections::HashMap<String, i64>>,
 }
 

@@ -123,12 +123,14 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
         .context("lease grant")?
         .id();
     let fence = &node.cluster.fence;
-    fence.lease_renewed(sent, Duration::from_secs(ttl as u64));
     let prefix = prefix(&cfg.cluster_name);
     let my_key = my_key(node);
-    let sent = mono_ms();
+    let checked = mono_ms();
     register(node, &mut client, &my_key, lease).await?;
-    fence.kept(sent, false);
+    // Only now, with copies that may be stale dropped: a node whose record
+    // was deleted while it was away must not serve them in between.
+    fence.lease_renewed(sent, Duration::from_secs(ttl as u64));
+    fence.kept(checked, false);
     let (mut keeper, mut keepalive) = client.lease_keep_alive(lease).await.context("keepalive")?;
 
     let initial = client
@@ -140,6 +142,10 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
     for kv in initial.kvs() {
         apply_put(node, &mut members, kv);
     }
+    node.cluster
+        .member_revisions
+        .lock()
+        .retain(|id, _| members.contains_key(id));
     let mut takeover = Takeover::default();
     takeover.changed(node, &members);
     let mut events = client
@@ -204,6 +210,7 @@ async fn session(node: &Arc<Node>) -> anyhow::Result<()> {
                                 return Err(anyhow!("this node's record was deleted (its peers found it unreachable, or its lease ran out)"));
                             }
                             if let Some(id) = key.strip_prefix(&prefix) {
+                                node.cluster.member_revisions.lock().remove(id);
                                 changed |= members.remove(id).is_some();
                             }
                         }
