@@ -237,6 +237,13 @@ impl Conn {
         std::os::fd::AsRawFd::as_raw_fd(&self.stream)
     }
 
+    /// See [`strata_rdma::sockopt::reset_on_close`].
+    pub(crate) fn reset_on_close(&self) {
+        if let Err(e) = strata_rdma::sockopt::reset_on_close(&self.stream) {
+            tracing::debug!("SO_LINGER on a failed connection: {e}");
+        }
+    }
+
     /// Whether a dropped caller left the stream mid-request, or gave up on
     /// an exchange (whose socket is then shut down).
     pub(crate) fn is_poisoned(&self) -> bool {

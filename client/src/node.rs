@@ -260,6 +260,11 @@ impl Node {
         cut.disarm();
         conn.end_exchange();
         if outcome.is_err() {
+            // Reset, not a close after what is queued: a request the caller
+            // was told failed must not reach the node later, when a
+            // partition heals and the kernel's retransmits get through
+            // (it would overwrite writes acknowledged since).
+            conn.reset_on_close();
             *slot = None;
         }
         outcome

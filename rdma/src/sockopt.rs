@@ -94,6 +94,33 @@ pub fn set_congestion(socket: &impl AsRawFd, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes `socket`'s close discard whatever it has not delivered and send a
+/// reset (`SO_LINGER` 0) instead of retransmitting it. For a connection
+/// given up on after a failed or timed-out request: the request must not
+/// reach the peer later, when a partition heals and the kernel's
+/// retransmits get through, and overwrite what was acknowledged since.
+pub fn reset_on_close(socket: &impl AsRawFd) -> io::Result<()> {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid option of the size given, on a socket the caller
+    // owns; the kernel copies it before returning.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether this process may give its sockets congestion control `name`;
 /// the error says what the kernel offers instead.
 pub fn check_congestion(name: &str) -> Result<(), String> {

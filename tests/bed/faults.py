@@ -132,7 +132,12 @@ def check(ops: list, faults: list) -> dict:
         elif got is None and newest:
             (lost if o["op"] == "final" else missing).append((o, newest))
         elif got is not None and got < newest:
-            (lost if o["op"] == "final" else stale).append((o, newest))
+            # Say whether the value read came from a write the client was
+            # told failed: one that reached a node late (a retransmit after
+            # a partition healed) reads like this.
+            source = next((w for w in writes[key] if w["seq"] == got), {})
+            late = {"its_write_ok": source.get("ok"), "its_write_error": source.get("error")}
+            (lost if o["op"] == "final" else stale).append((o, newest, late))
     outages = []
     for f in faults:
         worst = 0.0

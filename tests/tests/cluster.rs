@@ -673,13 +673,25 @@ fn peers_vouch_only_for_members_whose_record_they_hold() {
     });
     let (at_0, at_1) = (vouch(0, "n2"), vouch(1, "n2"));
     signal("-CONT");
-    assert!(removed, "the stopped node was not removed from the others' rings");
-    assert_eq!(at_0, Some(Resp::Int(0)), "node 0 vouched for a removed member");
-    assert_eq!(at_1, Some(Resp::Int(0)), "node 1 vouched for a removed member");
+    assert!(
+        removed,
+        "the stopped node was not removed from the others' rings"
+    );
+    assert_eq!(
+        at_0,
+        Some(Resp::Int(0)),
+        "node 0 vouched for a removed member"
+    );
+    assert_eq!(
+        at_1,
+        Some(Resp::Int(0)),
+        "node 1 vouched for a removed member"
+    );
 
     cluster.wait_ring(3);
     assert!(
-        wait_until(within(RING_TIMEOUT), || vouch(0, "n2") == Some(Resp::Int(1))),
+        wait_until(within(RING_TIMEOUT), || vouch(0, "n2")
+            == Some(Resp::Int(1))),
         "the member registered anew but node 0 does not vouch for it"
     );
 }

@@ -113,13 +113,20 @@ impl Peers {
         };
         let mut result = tokio::time::timeout(CALL_TIMEOUT, exchange(&mut sock, args)).await;
         if reused && matches!(result, Ok(Err(_))) {
+            abandon(&sock);
             sock = self.connect(addr).await?;
             result = tokio::time::timeout(CALL_TIMEOUT, exchange(&mut sock, args)).await;
         }
         let frame = match result {
             Ok(Ok(frame)) => frame,
-            Ok(Err(e)) => return Err(PeerError::Io(addr.into(), e)),
-            Err(_) => return Err(PeerError::Timeout(addr.into())),
+            Ok(Err(e)) => {
+                abandon(&sock);
+                return Err(PeerError::Io(addr.into(), e));
+            }
+            Err(_) => {
+                abandon(&sock);
+                return Err(PeerError::Timeout(addr.into()));
+            }
         };
         pool.idle.lock().push(sock);
         match frame {
@@ -166,6 +173,14 @@ impl Peers {
             }
         }
         Ok(sock)
+    }
+}
+
+/// A connection given up on closes with a reset: a forwarded `DEL` it
+/// still holds must not reach the peer after a partition heals.
+fn abandon(sock: &Stream) {
+    if let Err(e) = strata_rdma::sockopt::reset_on_close(sock) {
+        tracing::debug!("SO_LINGER on a failed peer connection: {e}");
     }
 }
 
