@@ -336,9 +336,9 @@ impl Router {
             let snap = self.snapshot();
             let groups = self.group(&snap.map, slots, access, &pending, &mut redirect);
             // One node (every single-key call): awaited in place. Through
-            // `join_all` the op's future (several KiB) was moved into and
-            // out of a `Vec` of `MaybeDone`s, about 20 KiB of memcpy per
-            // call, a tenth of a 4 KiB PUT's CPU time here.
+            // `join_all` the op's future (several KiB) would be moved into
+            // and out of a `Vec` of `MaybeDone`s, a memcpy per call that
+            // shows in a small PUT's CPU time.
             let done = if groups.len() == 1 {
                 let (node, items) = groups.into_values().next().expect("one group");
                 let outcome = match self.hold_write(&node, access) {

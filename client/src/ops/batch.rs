@@ -62,10 +62,7 @@ impl Client {
                 Err(e) => results.push(Err(e)),
             }
         }
-        let slots: Vec<u16> = sent
-            .iter()
-            .map(|(i, _, _)| key_slot(chunk[*i].0.as_ref()))
-            .collect();
+        let slots = slots_of(sent.iter().map(|s| chunk[s.0].0.as_ref()));
         let sent = &sent;
         let outcomes = self
             .router
@@ -155,10 +152,7 @@ impl Client {
                 Err(e) => results.push(Err(e)),
             }
         }
-        let slots: Vec<u16> = sent
-            .iter()
-            .map(|(i, _, _)| key_slot(chunk[*i].0.as_ref()))
-            .collect();
+        let slots = slots_of(sent.iter().map(|s| chunk[s.0].0.as_ref()));
         let sent = &sent;
         let outcomes = self
             .router
@@ -368,4 +362,9 @@ fn mput_pair(reply: BytesFrame) -> Result<()> {
             false => Err(Error::Protocol("nil reply to an MPUT pair".into())),
         },
     }
+}
+
+/// The slots of `keys`, in order: what a routed batch is grouped by.
+fn slots_of<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Vec<u16> {
+    keys.map(key_slot).collect()
 }
