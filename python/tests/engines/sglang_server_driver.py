@@ -37,9 +37,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -101,17 +104,33 @@ def model_dir() -> str:
     return d
 
 
+def readme_flags(seeds: str, v1: bool) -> list:
+    """The README quick start's `python -m sglang.launch_server` flags after
+    `--model-path <model>`, as written, with this test's node for the
+    documented seeds (and, for the v2 interface, without `interface_v1`)."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = re.search(r"^### vLLM, SGLang, LMCache$(.*?)^### ", readme, re.S | re.M).group(1)
+    line = re.search(r"^python -m sglang\.launch_server (.*?)\n\n", section, re.S | re.M).group(1)
+    argv = shlex.split(line.replace("\\\n", " "))
+    assert argv[:2] == ["--model-path", "<model>"], argv
+    argv = argv[2:]
+    at = argv.index("--hicache-storage-backend-extra-config") + 1
+    extra = json.loads(argv[at])
+    assert extra.get("strata_seeds") and extra.get("interface_v1") == 1, extra
+    extra["strata_seeds"] = seeds
+    if not v1:
+        del extra["interface_v1"]
+    argv[at] = json.dumps(extra)
+    return argv
+
+
 def server_args(s: dict, seeds: str):
-    """The documented command line, parsed by SGLang."""
-    extra = {"backend_name": "strata", "module_path": "strata.adapters.sglang",
-             "class_name": "StrataHiCacheStorage", "strata_seeds": seeds}
-    if s["path"] == "v1":
-        extra["interface_v1"] = 1
+    """The README's command line with this test's model and ranks, parsed
+    by SGLang."""
     argv = ["--model-path", MODEL_DIR, "--served-model-name", s["model"], "--device", "cpu",
             "--tp-size", str(s["ranks"].get("tp_size", 1)), "--pp-size", str(s["ranks"].get("pp_size", 1)),
-            "--page-size", str(PAGE), "--enable-hierarchical-cache", "--hicache-ratio", "2",
-            "--hicache-mem-layout", "page_first", "--hicache-storage-backend", "dynamic",
-            "--hicache-storage-backend-extra-config", json.dumps(extra), "--skip-tokenizer-init"]
+            "--page-size", str(PAGE), "--hicache-ratio", "2", "--skip-tokenizer-init",
+            *readme_flags(seeds, s["path"] == "v1")]
     return prepare_server_args(argv)
 
 
