@@ -5,6 +5,8 @@ process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the worker's connector
 can be asked what it moved.
 
 Usage: forward_driver.py CONFIG_JSON; prints ``RESULT {json}`` lines.
+CONFIG_JSON may carry ``kv_transfer_config``: the connector's settings as
+``vllm serve --kv-transfer-config`` takes them.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ def result(**fields):
 
 
 def main(cfg):
-    ktc = KVTransferConfig(
+    # `kv_transfer_config`: the fields as `vllm serve --kv-transfer-config`
+    # takes them (the README's); else the role and namespace given.
+    fields = cfg.get("kv_transfer_config") or dict(
         kv_connector="StrataConnector",
         kv_connector_module_path="strata.adapters.vllm",
         kv_role=cfg["role"],
         kv_connector_extra_config={"strata_seeds": cfg["seeds"], "strata_namespace": cfg["namespace"]},
     )
+    ktc = KVTransferConfig(**fields)
     llm = LLM(
         model=cfg["model"], skip_tokenizer_init=True, seed=0,
         block_size=cfg["block_size"], max_model_len=512, max_num_seqs=4,

