@@ -239,9 +239,7 @@ impl Conn {
 
     /// See [`strata_rdma::sockopt::reset_on_close`].
     pub(crate) fn reset_on_close(&self) {
-        if let Err(e) = strata_rdma::sockopt::reset_on_close(&self.stream) {
-            tracing::debug!("SO_LINGER on a failed connection: {e}");
-        }
+        strata_rdma::sockopt::reset_on_close(&self.stream);
     }
 
     /// Whether a dropped caller left the stream mid-request, or gave up on

@@ -13,6 +13,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use redis_protocol::resp2::types::BytesFrame;
+use strata_rdma::sockopt::reset_on_close;
 use strata_rdma::tls::{ClientConfig, Stream};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -112,20 +113,21 @@ impl Peers {
             None => self.connect(addr).await?,
         };
         let mut result = tokio::time::timeout(CALL_TIMEOUT, exchange(&mut sock, args)).await;
+        // A connection given up on closes with a reset: a forwarded `DEL`
+        // it still holds must not reach the peer after a partition heals.
         if reused && matches!(result, Ok(Err(_))) {
-            abandon(&sock);
+            reset_on_close(&sock);
             sock = self.connect(addr).await?;
             result = tokio::time::timeout(CALL_TIMEOUT, exchange(&mut sock, args)).await;
         }
         let frame = match result {
             Ok(Ok(frame)) => frame,
-            Ok(Err(e)) => {
-                abandon(&sock);
-                return Err(PeerError::Io(addr.into(), e));
-            }
-            Err(_) => {
-                abandon(&sock);
-                return Err(PeerError::Timeout(addr.into()));
+            failed => {
+                reset_on_close(&sock);
+                return Err(match failed {
+                    Ok(Err(e)) => PeerError::Io(addr.into(), e),
+                    _ => PeerError::Timeout(addr.into()),
+                });
             }
         };
         pool.idle.lock().push(sock);
@@ -173,14 +175,6 @@ impl Peers {
             }
         }
         Ok(sock)
-    }
-}
-
-/// A connection given up on closes with a reset: a forwarded `DEL` it
-/// still holds must not reach the peer after a partition heals.
-fn abandon(sock: &Stream) {
-    if let Err(e) = strata_rdma::sockopt::reset_on_close(sock) {
-        tracing::debug!("SO_LINGER on a failed peer connection: {e}");
     }
 }
 
